@@ -1,0 +1,56 @@
+# Every target sets itself up on a fresh Debian/Ubuntu machine as root: system packages with apt-get,
+# Python packages in .venv (the project installed editable). Re-running is cheap: each step checks first.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# libsystemd-dev + pkg-config: systemd-python builds from source. lsof, psmisc (fuser): what users compare
+# `holders` against, used by the benchmarks and tests. prometheus: promtool and a real server for the tests.
+# systemd-container: systemd-nspawn, a real systemd manager for the unit tests.
+APT_PACKAGES := libsystemd-dev pkg-config gcc python3-dev lsof psmisc
+INSTALLED := $(VENV)/.installed
+
+.PHONY: all setup system-packages demo test lint typecheck unit bench clean
+
+all: test
+
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv; }
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): pyproject.toml | $(BIN)/python system-packages
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+setup: system-packages $(INSTALLED)
+
+demo: setup
+	$(BIN)/tpu-watchdog demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+unit: setup
+	$(BIN)/pytest
+
+test: lint typecheck unit
+
+bench: setup
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) dist build .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
