@@ -1,0 +1,166 @@
+"""The daemon state machine: which events are active, when a drain starts, moves its deadline, is cancelled.
+
+Pure: it is told, per source, whether the policy wants a drain (a `Trigger`) or not (`None`), and how drains
+ended; it answers with actions for the edge to carry out. Times are wall-clock seconds passed in by the
+caller, because deadlines are persisted and must mean the same thing after a restart.
+
+Rules (the product's promises):
+- An event is one episode of a source asking for a drain: it starts when the source starts triggering and
+  ends when it stops. A value change within an episode (e.g. MIGRATE -> TERMINATE when both drain) is the
+  same event.
+- One drain per event: an event covered by a drain is never drained again, across restarts too (the state
+  is persisted and restored); a new episode after the source cleared drains again.
+- At most one drain at a time. An event that starts during a drain joins it: the deadline can only move
+  earlier (a preemption during a maintenance drain shortens it), never later.
+- When none of a running drain's events is still active, the drain is cancelled (no SIGKILL).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class State(str, enum.Enum):
+    IDLE = "idle"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+# How a finished drain's outcome shows as the daemon's state while its events are still active.
+_STATE_AFTER = {
+    "exited": State.DRAINED,
+    "no_holders": State.DRAINED,
+    "timed_out": State.TIMED_OUT,
+    "cancelled": State.CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A source asks for a drain: the value it saw and the grace it allows."""
+
+    source: str
+    value: str
+    grace: float
+
+
+@dataclass
+class Event:
+    """One episode of a source asking for a drain."""
+
+    event_id: str
+    source: str
+    value: str
+    first_seen: float
+    drained: bool = False
+
+
+@dataclass
+class Episode:
+    """The drain in progress: the events it serves, when it started, when it must end."""
+
+    event_ids: list[str]
+    started: float
+    deadline: float
+
+
+@dataclass(frozen=True)
+class EventStarted:
+    event: Event
+
+
+@dataclass(frozen=True)
+class EventCleared:
+    event: Event
+
+
+@dataclass(frozen=True)
+class StartDrain:
+    event: Event
+    started: float
+    deadline: float
+
+
+@dataclass(frozen=True)
+class MoveDeadline:
+    deadline: float
+    because: Event
+
+
+@dataclass(frozen=True)
+class CancelDrain:
+    reason: str
+
+
+Action = EventStarted | EventCleared | StartDrain | MoveDeadline | CancelDrain
+
+
+@dataclass
+class Lifecycle:
+    events: dict[str, Event] = field(default_factory=dict)  # by source
+    drain: Episode | None = None
+    last_outcome: str | None = None
+
+    @property
+    def state(self) -> State:
+        if self.drain is not None:
+            return State.DRAINING
+        if self.events and self.last_outcome is not None:
+            return _STATE_AFTER.get(self.last_outcome, State.DRAINED)
+        return State.IDLE
+
+    def observe(self, source: str, trigger: Trigger | None, now: float) -> list[Action]:
+        """The policy's current verdict for one source; returns what to do about it."""
+        current = self.events.get(source)
+        if trigger is None:
+            return self._clear(current) if current is not None else []
+        if current is not None:
+            current.value = trigger.value
+            return self._maybe_move(current, now + trigger.grace)
+        event = Event(f"{source}:{trigger.value}@{now:.3f}", source, trigger.value, now)
+        self.events[source] = event
+        actions: list[Action] = [EventStarted(event)]
+        if self.drain is None:
+            self.drain = Episode([event.event_id], now, now + trigger.grace)
+            self.last_outcome = None
+            actions.append(StartDrain(event, now, self.drain.deadline))
+        else:
+            self.drain.event_ids.append(event.event_id)
+            actions.extend(self._maybe_move(event, now + trigger.grace))
+        return actions
+
+    def drain_finished(self, outcome: str) -> list[Action]:
+        """The drain engine is done. Its events are covered: they never drain again."""
+        if self.drain is None:
+            return []
+        covered = set(self.drain.event_ids)
+        for event in self.events.values():
+            if event.event_id in covered:
+                event.drained = True
+        self.drain = None
+        self.last_outcome = outcome
+        return []
+
+    def _maybe_move(self, event: Event, deadline: float) -> list[Action]:
+        if (
+            self.drain is None
+            or event.event_id not in self.drain.event_ids
+            or deadline >= self.drain.deadline
+        ):
+            return []
+        self.drain.deadline = deadline
+        return [MoveDeadline(deadline, event)]
+
+    def _clear(self, event: Event) -> list[Action]:
+        del self.events[event.source]
+        actions: list[Action] = [EventCleared(event)]
+        if self.drain is not None:
+            live = {e.event_id for e in self.events.values()}
+            if not live.intersection(self.drain.event_ids):
+                actions.append(CancelDrain(f"{event.source} went back to normal ({event.value} cleared)"))
+        if not self.events and self.drain is None:
+            self.last_outcome = None
+        return actions
