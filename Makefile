@@ -28,7 +28,7 @@ $(BIN)/python:
 
 $(INSTALLED): pyproject.toml | $(BIN)/python system-packages
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,e2e]'
 	@touch $@
 
 setup: system-packages $(INSTALLED)
