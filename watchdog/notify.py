@@ -1,0 +1,74 @@
+"""Telling systemd how the daemon is doing (sd_notify): READY, STATUS, WATCHDOG pings, STOPPING.
+
+Without NOTIFY_SOCKET (not under systemd, or not Type=notify) every call is a no-op. A NOTIFY_SOCKET that
+cannot be reached is worth one warning, never a crash: the daemon's job matters more than its bookkeeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+
+log = logging.getLogger(__name__)
+
+Sender = Callable[[str], bool]
+
+
+def _systemd_sender() -> Sender:
+    import systemd.daemon as daemon
+
+    def send(message: str) -> bool:
+        return bool(daemon.notify(message))
+
+    return send
+
+
+class Notifier:
+    """sd_notify with the failure modes absorbed; `watchdog_interval` is half of WATCHDOG_USEC, or None."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None, sender: Sender | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.enabled = bool(env.get("NOTIFY_SOCKET"))
+        self._send = sender if sender is not None else (_systemd_sender() if self.enabled else None)
+        self._warned = False
+        self.watchdog_interval = _watchdog_interval(env)
+
+    def _notify(self, message: str) -> None:
+        if not self.enabled or self._send is None:
+            return
+        try:
+            delivered = self._send(message)
+            problem = "" if delivered else "not delivered"
+        except OSError as error:
+            problem = str(error)
+        if problem and not self._warned:
+            log.warning("cannot notify systemd through NOTIFY_SOCKET (%s); carrying on without it", problem)
+            self._warned = True
+
+    def ready(self, status: str) -> None:
+        self._notify(f"READY=1\nSTATUS={_one_line(status)}")
+
+    def status(self, status: str) -> None:
+        self._notify(f"STATUS={_one_line(status)}")
+
+    def watchdog(self) -> None:
+        self._notify("WATCHDOG=1")
+
+    def stopping(self, status: str = "stopping") -> None:
+        self._notify(f"STOPPING=1\nSTATUS={_one_line(status)}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:200]
+
+
+def _watchdog_interval(env: Mapping[str, str]) -> float | None:
+    """Half the watchdog timeout, as sd_watchdog_enabled(3) advises; None if off or meant for another PID."""
+    usec = env.get("WATCHDOG_USEC", "")
+    pid = env.get("WATCHDOG_PID", "")
+    if not usec.isdigit() or int(usec) == 0:
+        return None
+    if pid and pid != str(os.getpid()):
+        return None
+    return int(usec) / 1_000_000 / 2
