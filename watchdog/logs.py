@@ -1,0 +1,60 @@
+"""Where the daemon's log lines go: the journal with structured fields under systemd, plain stderr otherwise.
+
+Key messages carry a stable MESSAGE_ID so an SRE can `journalctl MESSAGE_ID=...` across a fleet, and fields
+such as TPU_WATCHDOG_EVENT, TPU_WATCHDOG_STATE, TPU_WATCHDOG_OUTCOME, TPU_WATCHDOG_PID and
+TPU_WATCHDOG_PROCESS. Pass them with `fields(...)` as the `extra=` of a logging call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+
+# Stable identifiers of the key messages (never change them: dashboards and alerts filter on them).
+MESSAGE_IDS = {
+    "event_started": "a0e0722fa0d844358ed27717656a7449",
+    "event_cleared": "5fa14623ad8a49c88f5a2df3e273799e",
+    "drain_started": "4ea1ef3afc184d809a57041d8783efed",
+    "signal_sent": "b64be2df8f894d9ba0b6c773d0a5e800",
+    "drain_finished": "50c2f3944f004c4ebfa67f7ad0892fe6",
+    "metadata_error": "7e36193ed2a74f6ab1e862481512dfd9",
+    "state_recovered": "31abcf04de2f4c138ed545eb26e644fc",
+    "daemon_started": "98ae34cc9a444eddb7d4c13f76fa4bdd",
+}
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def fields(message: str | None = None, **values: object) -> dict[str, object]:
+    """Journal fields for `extra=`: MESSAGE_ID from a key of MESSAGE_IDS, the rest as TPU_WATCHDOG_<NAME>."""
+    extra: dict[str, object] = {f"TPU_WATCHDOG_{name.upper()}": value for name, value in values.items()}
+    if message is not None:
+        extra["MESSAGE_ID"] = MESSAGE_IDS[message]
+    return extra
+
+
+def under_systemd(environ: Mapping[str, str]) -> bool:
+    """systemd sets JOURNAL_STREAM for a service whose stderr goes to the journal."""
+    return bool(environ.get("JOURNAL_STREAM") or environ.get("INVOCATION_ID"))
+
+
+def setup_logging(level: str = "info", environ: Mapping[str, str] | None = None) -> None:
+    env = os.environ if environ is None else environ
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    handler: logging.Handler
+    if under_systemd(env):
+        from systemd.journal import JournalHandler
+
+        handler = JournalHandler(SYSLOG_IDENTIFIER="tpu-watchdog")
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"))
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # urllib3 logs every retry and connection at DEBUG/WARNING; the watcher reports what matters itself.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
