@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # libsystemd-dev + pkg-config: systemd-python builds from source. lsof, psmisc (fuser): what users compare
 # `holders` against, used by the benchmarks and tests. prometheus: promtool and a real server for the tests.
 # systemd-container: systemd-nspawn, a real systemd manager for the unit tests.
-APT_PACKAGES := libsystemd-dev pkg-config gcc python3-dev lsof psmisc
+APT_PACKAGES := libsystemd-dev pkg-config gcc python3-dev lsof psmisc prometheus systemd-container
 INSTALLED := $(VENV)/.installed
 
 .PHONY: all setup system-packages demo test lint typecheck unit bench clean

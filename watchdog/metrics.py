@@ -1,0 +1,127 @@
+"""The daemon's Prometheus metrics. Their names and labels are a public interface: keep them stable.
+
+Every series exists from start-up (zero-initialised), and labels are bounded: a state, a key value class, a
+signal, an outcome, an endpoint and an error kind. Never a PID or an event id: those go to the journal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.process_collector import ProcessCollector
+
+from watchdog import __version__
+
+STATES = ("idle", "draining", "drained", "timed_out", "cancelled")
+MAINTENANCE_VALUES = ("NONE", "MIGRATE_ON_HOST_MAINTENANCE", "TERMINATE_ON_HOST_MAINTENANCE", "UNKNOWN")
+SIGNALS = ("SIGTERM", "SIGKILL")
+OUTCOMES = ("exited", "timed_out", "no_holders", "cancelled")
+ENDPOINTS = ("maintenance-event", "preempted", "upcoming-maintenance")
+# Buckets reach past the 300 s maintenance grace, so a drain that needed SIGKILL shows in its own bucket.
+DRAIN_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 240, 300, 310, 330, 360, 600)
+
+
+class Metrics:
+    """All series of one daemon, on its own registry (tests run several daemons in one process)."""
+
+    def __init__(self, error_kinds: Iterable[str] = (), registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)
+        self.state = Gauge("tpu_watchdog_state", "1 for the daemon's current state.", ["state"], registry=r)
+        self.maintenance_event = Gauge(
+            "tpu_watchdog_maintenance_event",
+            "1 for the current value of instance/maintenance-event (UNKNOWN: a well-formed value not known).",
+            ["value"],
+            registry=r,
+        )
+        self.preempted = Gauge("tpu_watchdog_preempted", "1 when instance/preempted is TRUE.", registry=r)
+        self.window_start = Gauge(
+            "tpu_watchdog_upcoming_maintenance_window_start_timestamp_seconds",
+            "Start of the upcoming maintenance window (NaN when none is scheduled).",
+            registry=r,
+        )
+        self.window_end = Gauge(
+            "tpu_watchdog_upcoming_maintenance_window_end_timestamp_seconds",
+            "End of the upcoming maintenance window (NaN when none is scheduled).",
+            registry=r,
+        )
+        self.device_holders = Gauge(
+            "tpu_watchdog_device_holders", "Processes holding a TPU device file at the last scan.", registry=r
+        )
+        self.signals_sent = Counter(
+            "tpu_watchdog_signals_sent", "Signals sent to TPU holders.", ["signal"], registry=r
+        )
+        self.drains = Counter("tpu_watchdog_drains", "Drains finished, by outcome.", ["outcome"], registry=r)
+        self.drain_duration = Histogram(
+            "tpu_watchdog_drain_duration_seconds",
+            "From the first SIGTERM to the end of a drain.",
+            buckets=DRAIN_BUCKETS,
+            registry=r,
+        )
+        self.drain_deadline = Gauge(
+            "tpu_watchdog_drain_deadline_timestamp_seconds",
+            "When the drain in progress will SIGKILL what is left (NaN when no drain is running).",
+            registry=r,
+        )
+        self.metadata_errors = Counter(
+            "tpu_watchdog_metadata_errors",
+            "Failed metadata requests, by watched key and error kind.",
+            ["endpoint", "kind"],
+            registry=r,
+        )
+        self.metadata_last_success = Gauge(
+            "tpu_watchdog_metadata_last_success_timestamp_seconds",
+            "When a metadata request last succeeded (any watched key).",
+            registry=r,
+        )
+        self.build_info = Gauge("tpu_watchdog_build_info", "Always 1; the version.", ["version"], registry=r)
+        self.host_info = Gauge(
+            "tpu_watchdog_host_info",
+            "Always 1; which host this is, to group hosts by slice on a fleet dashboard.",
+            ["instance_id", "accelerator_type", "worker_id", "zone"],
+            registry=r,
+        )
+        self._zero_initialise(error_kinds)
+
+    def _zero_initialise(self, error_kinds: Iterable[str]) -> None:
+        self.set_state("idle")
+        self.set_maintenance_event("NONE")
+        for signal_name in SIGNALS:
+            self.signals_sent.labels(signal_name)
+        for outcome in OUTCOMES:
+            self.drains.labels(outcome)
+        for endpoint in ENDPOINTS:
+            for kind in error_kinds:
+                self.metadata_errors.labels(endpoint, kind)
+        self.set_window(None, None)
+        self.drain_deadline.set(math.nan)
+        self.build_info.labels(__version__).set(1)
+        self.set_host_info({})
+
+    def set_state(self, state: str) -> None:
+        for name in STATES:
+            self.state.labels(name).set(1 if name == state else 0)
+
+    def set_maintenance_event(self, value: str) -> None:
+        shown = value if value in MAINTENANCE_VALUES else "UNKNOWN"
+        for name in MAINTENANCE_VALUES:
+            self.maintenance_event.labels(name).set(1 if name == shown else 0)
+
+    def set_window(self, start: float | None, end: float | None) -> None:
+        self.window_start.set(math.nan if start is None else start)
+        self.window_end.set(math.nan if end is None else end)
+
+    def set_deadline(self, deadline: float | None) -> None:
+        self.drain_deadline.set(math.nan if deadline is None else deadline)
+
+    def set_host_info(self, info: dict[str, str]) -> None:
+        self.host_info.clear()
+        self.host_info.labels(
+            info.get("instance_id", ""),
+            info.get("accelerator_type", ""),
+            info.get("worker_id", ""),
+            info.get("zone", ""),
+        ).set(1)
