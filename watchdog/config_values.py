@@ -1,0 +1,253 @@
+"""Parsers for single configuration values: a TOML value or a text (environment, flag) in, a typed value out.
+
+Pure. Each parser raises `BadValueError` with what was wrong; the loader adds where the value came from and
+what is allowed, so every message an SRE sees names the file/variable/flag, the key, and the fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - TPU VM images ship Python 3.10, where tomli is the same parser.
+    import tomli as tomllib
+
+
+class BadValueError(ValueError):
+    """A value of the wrong type or out of range; the message says what was wrong with it."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """A host and a port; `str()` gives back the `HOST:PORT` spelling (IPv6 in brackets)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+_HOSTNAME_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def show(value: object) -> str:
+    """A value as it would be written in the TOML file (for messages and `tpu-watchdog config`)."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show(item) for item in value) + "]"
+    return str(value)
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def seconds(value: object, *, positive: bool = False) -> float:
+    """A duration in seconds: a finite number, >= 0 (or > 0 when `positive`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadValueError(f"{show(value)} is {_type_name(value)}, not a number of seconds")
+    number = float(value)
+    if not math.isfinite(number):
+        raise BadValueError(f"{show(value)} is not a finite number")
+    if number < 0:
+        raise BadValueError(f"{show(value)} is negative")
+    if positive and number == 0:
+        raise BadValueError("0 is not allowed here")
+    return number
+
+
+def seconds_text(text: str, *, positive: bool = False) -> float:
+    try:
+        number = float(text.strip())
+    except ValueError:
+        raise BadValueError(f"{text!r} is not a number of seconds") from None
+    return seconds(number, positive=positive)
+
+
+def optional_seconds(value: object) -> float | None:
+    """Seconds where 0 means off (None)."""
+    number = seconds(value)
+    return number or None
+
+
+def optional_seconds_text(text: str) -> float | None:
+    return None if text.strip() in ("", "off") else optional_seconds(seconds_text(text))
+
+
+def boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise BadValueError(f"{show(value)} is {_type_name(value)}, not true or false")
+    return value
+
+
+def boolean_text(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise BadValueError(f"{text!r} is not a boolean")
+
+
+def choice(value: object, allowed: tuple[str, ...]) -> str:
+    """One of `allowed`, compared without case (the result is the spelling in `allowed`)."""
+    if not isinstance(value, str):
+        raise BadValueError(f"{show(value)} is {_type_name(value)}, not a string")
+    word = value.strip().lower()
+    if word not in allowed:
+        raise BadValueError(f"{show(value)} is not one of the allowed values")
+    return word
+
+
+def string(value: object, *, absolute_path: bool = False) -> str:
+    if not isinstance(value, str):
+        raise BadValueError(f"{show(value)} is {_type_name(value)}, not a string")
+    if not value.strip():
+        raise BadValueError("an empty string is not allowed")
+    if absolute_path and not value.startswith("/"):
+        raise BadValueError(f"{show(value)} is not an absolute path")
+    return value
+
+
+def strings(value: object, *, absolute_path: bool = False, non_empty: bool = False) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise BadValueError(f"{show(value)} is {_type_name(value)}, not a list of strings")
+    if non_empty and not value:
+        raise BadValueError("an empty list is not allowed")
+    return tuple(string(item, absolute_path=absolute_path) for item in value)
+
+
+def integers(value: object, *, minimum: int) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise BadValueError(f"{show(value)} is {_type_name(value)}, not a list of integers")
+    result = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise BadValueError(f"{show(item)} is {_type_name(item)}, not an integer")
+        if item < minimum:
+            raise BadValueError(f"{item} is less than {minimum}")
+        result.append(item)
+    return tuple(result)
+
+
+def list_text(text: str) -> list[object]:
+    """A list from the environment: a TOML array (`["a", "b"]`) or comma-separated words (`a,b`)."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            parsed: list[object] = tomllib.loads(f"v = {stripped}")["v"]
+        except tomllib.TOMLDecodeError as error:
+            raise BadValueError(f"{text!r} is not a TOML array ({error})") from None
+        return parsed
+    return [word.strip() for word in stripped.split(",") if word.strip()]
+
+
+def integers_text(text: str, *, minimum: int) -> tuple[int, ...]:
+    words = list_text(text)
+    try:
+        numbers: list[object] = [int(w) if isinstance(w, str) else w for w in words]
+    except ValueError:
+        raise BadValueError(f"{text!r} is not a list of integers") from None
+    return integers(numbers, minimum=minimum)
+
+
+def command(value: object) -> tuple[str, ...] | None:
+    """A hook command: an argv list (run without a shell). An empty list means no hook."""
+    if isinstance(value, list) and not value:
+        return None
+    return strings(value)
+
+
+def command_text(text: str) -> tuple[str, ...] | None:
+    """A hook command from the environment: a TOML array, or words split like a shell would (no shell
+    runs it); empty means no hook."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    if stripped.startswith("["):
+        return command(list_text(stripped))
+    try:
+        return command(shlex.split(stripped))
+    except ValueError as error:
+        raise BadValueError(f"{text!r} cannot be split into words ({error})") from None
+
+
+def _host(text: str) -> str:
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            return str(ipaddress.IPv6Address(text[1:-1]))
+        except ValueError:
+            raise BadValueError(f"{text!r} is not an IPv6 address") from None
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        pass
+    labels = text.rstrip(".").split(".")
+    if len(text) > 253 or not all(_HOSTNAME_LABEL.match(label) for label in labels):
+        raise BadValueError(f"{text!r} is not a host name or an IP address")
+    return text
+
+
+def _port(text: str, minimum: int) -> int:
+    if not text.isdigit() or not minimum <= int(text) <= 65535:
+        raise BadValueError(f"port {text!r} is not a number from {minimum} to 65535")
+    return int(text)
+
+
+def _split_host_port(text: str) -> tuple[str, str | None]:
+    if text.startswith("["):
+        host, bracket, rest = text.partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise BadValueError(f"{text!r} is not [IPv6]:PORT")
+        return host + "]", rest[1:] if rest else None
+    if text.count(":") > 1:
+        raise BadValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:9478")
+    host, colon, port = text.partition(":")
+    return host, port if colon else None
+
+
+def listen_address(value: object) -> Address:
+    """HOST:PORT to serve on (port 0 picks a free port)."""
+    text = string(value).strip()
+    host, port = _split_host_port(text)
+    if port is None:
+        raise BadValueError(f"{show(value)} has no port")
+    return Address(_host(host), _port(port, 0))
+
+
+def metadata_host(value: object) -> str:
+    """HOST or HOST:PORT of the metadata server (what GCE_METADATA_HOST holds)."""
+    text = string(value).strip()
+    if "://" in text:
+        raise BadValueError(f"{show(value)} has a scheme; give only the host (and port)")
+    host, port = _split_host_port(text)
+    _host(host)
+    if port is not None:
+        _port(port, 1)
+    return text
