@@ -14,6 +14,7 @@ import time
 
 from watchdog.hooks import HookContext, HookRunner
 from watchdog.process import ProcessIdentity
+from watchdog.state_records import DrainState, EventRecord
 from watchdog.statefile import StateStore
 
 HOLDERS = 100  # a big TPU host: a launcher plus one process per chip and helpers, and then some
@@ -31,7 +32,9 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 def _state_writes(state_dir: str) -> tuple[list[float], float]:
     store = StateStore(state_dir)
-    store.begin_event("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    event = EventRecord("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", "bench", time.time())
+    drain = DrainState("terminating", event.first_seen, event.first_seen + 300, 300.0, "kill", ("bench",))
+    store.save_lifecycle([event], drain, None)
     intents: list[float] = []
     started = time.perf_counter()
     for pid in range(1000, 1000 + HOLDERS):

@@ -20,9 +20,10 @@ from watchdog.state_records import (
 
 STATE = State(
     "boot",
-    EventRecord("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", "ev", 100.0),
-    DrainState("terminating", 101.0, 401.0, 300.0, "kill"),
-    (
+    (EventRecord("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", "ev", 100.0),),
+    DrainState("terminating", 101.0, 401.0, 300.0, "kill", ("ev",)),
+    last_outcome=None,
+    signals=(
         SignalRecord(ProcessIdentity(10, 5), "python3", "SIGTERM", 102.0, 102.5, "sent"),
         SignalRecord(ProcessIdentity(11, 6), "", "SIGKILL", 402.0),
     ),
@@ -44,9 +45,12 @@ def good() -> dict[str, Any]:
         (lambda d: d.pop("boot_id"), "boot_id: missing"),
         (lambda d: d.update(format="x"), "not our file"),
         (lambda d: d.update(version="1"), "version: expected 1"),
-        (lambda d: d.update(event=[]), "event: expected an object"),
-        (lambda d: d["event"].update(first_seen="yesterday"), "event.first_seen: expected a number"),
-        (lambda d: d["event"].update(id=""), "event.id: expected a non-empty string"),
+        (lambda d: d.update(events={}), "events: expected a list"),
+        (lambda d: d["events"][0].update(first_seen="yesterday"), "events[0].first_seen: expected a number"),
+        (lambda d: d["events"][0].update(id=""), "events[0].id: expected a non-empty string"),
+        (lambda d: d["events"][0].update(drained="yes"), "events[0].drained: expected true or false"),
+        (lambda d: d["drain"].update(event_ids=[1]), "drain.event_ids: expected a list of event ids"),
+        (lambda d: d.update(last_outcome=7), "last_outcome: expected a string or null"),
         (lambda d: d["drain"].update(on_timeout="wait"), "drain.on_timeout: expected kill or leave"),
         (lambda d: d["drain"].update(grace=float("nan")), "drain.grace: expected a number"),
         (lambda d: d.update(signals={}), "signals: expected a list"),

@@ -10,12 +10,13 @@ import stat
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from watchdog.process import ProcessIdentity
-from watchdog.state_records import State
+from watchdog.state_records import DrainState, EventRecord, State
 from watchdog.statefile import STATE_FILE, StateDirError, StateStore, read_boot_id
 
 BOOT = "6a1d0c52-0000-4000-8000-000000000001"
@@ -41,18 +42,31 @@ def store(path: Path, boot_id: str = BOOT) -> StateStore:
     return StateStore(str(path), boot_id=boot_id, clock=StepClock())
 
 
+def begin(
+    s: StateStore, source: str = "maintenance-event", value: str = "TERMINATE_ON_HOST_MAINTENANCE",
+    event_id: str = "ev-1", started_at: float = 10.0, phase: str = "terminating",
+) -> EventRecord:  # fmt: skip
+    """An event and its drain, as the daemon saves them."""
+    event = EventRecord(source, value, event_id, started_at)
+    drain = DrainState(phase, started_at, started_at + 300.0, 300.0, "kill", (event_id,))
+    s.save_lifecycle([event], drain, None)
+    return event
+
+
 def test_round_trip(tmp_path: Path) -> None:
     first = store(tmp_path)
-    event = first.begin_event("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", event_id="ev-1")
-    first.start_drain(phase="terminating", started_at=10.0, deadline_at=310.0, grace=300.0, on_timeout="kill")
+    event = begin(first)
     first.record_intent(TERM, signal.SIGTERM, name="python3")
     first.record_sent(TERM, signal.SIGTERM, "sent")
     first.record_intent(OTHER, "SIGTERM", name="trainer")
-    first.set_phase("killing")
+    assert first.state.drain is not None
+    first.save_lifecycle([event], replace(first.state.drain, phase="killing"), None)
 
     again = store(tmp_path)
     assert again.state == first.state
-    assert again.state.event == event
+    assert again.state.events == (event,)
+    assert again.state.drain is not None
+    assert again.state.drain.event_ids == ("ev-1",)
     assert again.state.drain is not None
     assert again.state.drain.phase == "killing"
     sent = again.state.find(TERM, signal.SIGTERM)
@@ -67,9 +81,11 @@ def test_an_intent_survives_a_real_crash_before_the_signal(tmp_path: Path) -> No
         f"""
         import os, signal
         from watchdog.process import ProcessIdentity
+        from watchdog.state_records import DrainState, EventRecord
         from watchdog.statefile import StateStore
         s = StateStore({str(tmp_path)!r}, boot_id={BOOT!r})
-        s.begin_event("preempted", "TRUE", event_id="ev-crash")
+        s.save_lifecycle([EventRecord("preempted", "TRUE", "ev-crash", 1.0)],
+                         DrainState("terminating", 1.0, 26.0, 25.0, "kill", ("ev-crash",)), None)
         s.record_intent(ProcessIdentity({TERM.pid}, {TERM.start_time}), signal.SIGTERM, name="trainer")
         os.kill(os.getpid(), signal.SIGKILL)
         """
@@ -78,8 +94,7 @@ def test_an_intent_survives_a_real_crash_before_the_signal(tmp_path: Path) -> No
     assert done.returncode == -signal.SIGKILL, done.stderr
 
     resumed = store(tmp_path)
-    assert resumed.state.event is not None
-    assert resumed.state.event.event_id == "ev-crash"
+    assert [e.event_id for e in resumed.state.events] == ["ev-crash"]
     assert resumed.already_signalled(TERM, signal.SIGTERM)  # possibly sent: never SIGTERM twice
     assert not resumed.already_signalled(TERM, signal.SIGKILL)
     (intent,) = resumed.state.unconfirmed()
@@ -88,19 +103,19 @@ def test_an_intent_survives_a_real_crash_before_the_signal(tmp_path: Path) -> No
 
 def test_intent_is_recorded_once_per_event(tmp_path: Path) -> None:
     s = store(tmp_path)
-    s.begin_event("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    begin(s)
     first = s.record_intent(TERM, signal.SIGTERM, name="a")
     assert s.record_intent(TERM, signal.SIGTERM, name="a") == first
     assert len(s.state.signals) == 1
-    s.begin_event("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")  # a new event starts afresh
+    begin(s, event_id="ev-2", started_at=500.0)  # a new drain starts afresh
     assert not s.already_signalled(TERM, signal.SIGTERM)
 
 
-def test_clear_event_leaves_an_empty_state(tmp_path: Path) -> None:
+def test_clearing_every_event_leaves_an_empty_state(tmp_path: Path) -> None:
     s = store(tmp_path)
-    s.begin_event("preempted", "TRUE")
+    begin(s, "preempted", "TRUE")
     s.record_intent(TERM, signal.SIGTERM)
-    s.clear_event()
+    s.save_lifecycle([], None, None)
     assert store(tmp_path).state == State(BOOT)
 
 
@@ -114,7 +129,7 @@ def test_sent_without_intent_is_recorded_and_logged(tmp_path: Path, caplog: pyte
 
 def test_writes_are_atomic_and_leave_no_temp_files(tmp_path: Path) -> None:
     s = store(tmp_path)
-    s.begin_event("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    begin(s)
     for pid in range(100, 130):
         s.record_intent(ProcessIdentity(pid, 1), signal.SIGTERM)
         s.record_sent(ProcessIdentity(pid, 1), signal.SIGTERM, "sent")
@@ -147,7 +162,7 @@ def test_a_failed_write_is_logged_and_the_state_lives_on(
     s = store(target)
     os.rmdir(target)  # the directory vanishes under the daemon
     with caplog.at_level(logging.ERROR):
-        s.begin_event("preempted", "TRUE")
+        begin(s, "preempted", "TRUE")
         s.record_intent(TERM, signal.SIGTERM)
     assert s.already_signalled(TERM, signal.SIGTERM)
     assert s.write_error is not None
@@ -202,13 +217,13 @@ def test_a_bad_file_is_moved_aside_and_a_clean_state_returned(
     assert aside.startswith(f"{STATE_FILE}.corrupt-")
     assert (tmp_path / aside).read_bytes() == BAD_FILES[kind]
     assert "moved to" in caplog.text
-    s.begin_event("preempted", "TRUE")  # and the store works on
-    assert store(tmp_path).state.event is not None
+    begin(s, "preempted", "TRUE")  # and the store works on
+    assert store(tmp_path).state.events
 
 
 def test_a_file_from_a_previous_boot_is_stale(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     old = store(tmp_path, boot_id="previous-boot")
-    old.begin_event("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    begin(old)
     old.record_intent(TERM, signal.SIGTERM)
     with caplog.at_level(logging.WARNING):
         fresh = store(tmp_path)
@@ -220,7 +235,7 @@ def test_a_file_from_a_previous_boot_is_stale(tmp_path: Path, caplog: pytest.Log
 
 
 def test_an_empty_state_from_a_previous_boot_is_simply_replaced(tmp_path: Path) -> None:
-    store(tmp_path, boot_id="previous-boot").clear_event()
+    store(tmp_path, boot_id="previous-boot").save_lifecycle([], None, None)
     assert store(tmp_path).state == State(BOOT)
     assert os.listdir(tmp_path) == [STATE_FILE]
 

@@ -99,12 +99,14 @@ class _Reader:
 
 @dataclass(frozen=True)
 class EventRecord:
-    """The event being handled: which metadata key, its value, our id for it, when it was first seen."""
+    """An active event: which source, its value, our id for it, when it was first seen, whether a drain
+    has covered it (then it never drains again)."""
 
-    source: str  # e.g. "instance/maintenance-event"
+    source: str  # e.g. "maintenance-event"
     value: str  # e.g. "TERMINATE_ON_HOST_MAINTENANCE"
     event_id: str
     first_seen: float
+    drained: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -112,26 +114,34 @@ class EventRecord:
             "value": self.value,
             "id": self.event_id,
             "first_seen": self.first_seen,
+            "drained": self.drained,
         }
 
     @classmethod
     def from_json(cls, data: object, where: str = "event") -> EventRecord:
         r = _Reader(data, where)
-        return cls(r.string("source"), r.string("value", empty=True), r.string("id"), r.time("first_seen"))
+        drained = r.data.get("drained", False)
+        if not isinstance(drained, bool):
+            raise StateFormatError(f"{where}.drained: expected true or false, got {drained!r:.60}")
+        return cls(
+            r.string("source"), r.string("value", empty=True), r.string("id"), r.time("first_seen"), drained
+        )
 
 
 @dataclass(frozen=True)
 class DrainState:
-    """The drain of the current event: its phase, start, deadline (wall clock), grace and on_timeout."""
+    """The drain in progress: phase, start, deadline (wall clock), grace, on_timeout, the events it serves."""
 
     phase: str
     started_at: float
     deadline_at: float
     grace: float
     on_timeout: str  # kill | leave
+    event_ids: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
+            "event_ids": list(self.event_ids),
             "phase": self.phase,
             "started_at": self.started_at,
             "deadline_at": self.deadline_at,
@@ -145,9 +155,13 @@ class DrainState:
         on_timeout = r.string("on_timeout")
         if on_timeout not in ("kill", "leave"):
             raise StateFormatError(f"{where}.on_timeout: expected kill or leave, got {on_timeout!r:.60}")
+        ids = r.data.get("event_ids", [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise StateFormatError(f"{where}.event_ids: expected a list of event ids, got {ids!r:.60}")
         return cls(
-            r.string("phase"), r.time("started_at"), r.time("deadline_at"), r.time("grace"), on_timeout
-        )
+            r.string("phase"), r.time("started_at"), r.time("deadline_at"), r.time("grace"), on_timeout,
+            tuple(ids),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -194,13 +208,14 @@ class State:
     """Everything the daemon must remember across a restart of itself (not of the machine: see boot_id)."""
 
     boot_id: str
-    event: EventRecord | None = None
+    events: tuple[EventRecord, ...] = ()
     drain: DrainState | None = None
-    signals: tuple[SignalRecord, ...] = field(default=())
+    last_outcome: str | None = None  # of the last drain, while its events are still active
+    signals: tuple[SignalRecord, ...] = field(default=())  # of the current (or last) drain
 
     @property
     def empty(self) -> bool:
-        return self.event is None and self.drain is None and not self.signals
+        return not self.events and self.drain is None and not self.signals
 
     def find(self, identity: ProcessIdentity, signum: int | str) -> SignalRecord | None:
         """The record of `signum` to `identity` in this event (sent or only intended), if any."""
@@ -222,8 +237,9 @@ class State:
             "version": VERSION,
             "written_at": written_at,
             "boot_id": self.boot_id,
-            "event": self.event.to_json() if self.event else None,
+            "events": [e.to_json() for e in self.events],
             "drain": self.drain.to_json() if self.drain else None,
+            "last_outcome": self.last_outcome,
             "signals": [s.to_json() for s in self.signals],
         }
 
@@ -236,11 +252,14 @@ class State:
             )
         if r.data.get("version") != VERSION:
             raise StateFormatError(f"version: expected {VERSION}, got {r.data.get('version')!r:.60}")
-        event = r.child("event", optional=True)
         drain = r.child("drain", optional=True)
+        outcome = r.data.get("last_outcome")
+        if outcome is not None and not isinstance(outcome, str):
+            raise StateFormatError(f"last_outcome: expected a string or null, got {outcome!r:.60}")
         return cls(
             boot_id=r.string("boot_id"),
-            event=EventRecord.from_json(event.data, "event") if event else None,
+            events=tuple(EventRecord.from_json(e.data, e.where) for e in r.items("events")),
             drain=DrainState.from_json(drain.data, "drain") if drain else None,
+            last_outcome=outcome,
             signals=tuple(SignalRecord.from_json(s.data, s.where) for s in r.items("signals")),
         )

@@ -17,8 +17,7 @@ import logging
 import os
 import tempfile
 import threading
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from watchdog.clock import Clock, SystemClock
@@ -81,38 +80,22 @@ class StateStore:
     def state(self) -> State:
         return self._state
 
-    # -- the event -------------------------------------------------------------------------------------
+    # -- the events and the drain ---------------------------------------------------------------------
 
-    def begin_event(
-        self, source: str, value: str, *, event_id: str | None = None, first_seen: float | None = None
-    ) -> EventRecord:
-        """A new event replaces whatever was there (its drain and signals too)."""
-        event = EventRecord(
-            source,
-            value,
-            event_id or uuid.uuid4().hex[:16],
-            self.clock.wall() if first_seen is None else first_seen,
-        )
-        self._update(lambda _: State(self.boot_id, event=event))
-        return event
+    def save_lifecycle(
+        self, events: Sequence[EventRecord], drain: DrainState | None, last_outcome: str | None
+    ) -> None:
+        """The daemon's events and drain as they are now. A new drain (another start time) starts with no
+        signals recorded; the signals of a finished drain stay until then, for `status`."""
 
-    def clear_event(self) -> None:
-        """The event is over: nothing left to remember."""
-        self._update(lambda _: State(self.boot_id))
-
-    def start_drain(
-        self, *, phase: str, started_at: float, deadline_at: float, grace: float, on_timeout: str
-    ) -> DrainState:
-        drain = DrainState(str(plain(phase)), started_at, deadline_at, grace, str(plain(on_timeout)))
-        self._update(lambda state: replace(state, drain=drain))
-        return drain
-
-    def set_phase(self, phase: str) -> None:
         def change(state: State) -> State:
-            if state.drain is None:
-                log.warning("state: phase %s set with no drain started; ignored", plain(phase))
-                return state
-            return replace(state, drain=replace(state.drain, phase=str(plain(phase))))
+            new_drain = drain is not None and (
+                state.drain is None or state.drain.started_at != drain.started_at
+            )
+            signals = () if new_drain or (not events and drain is None) else state.signals
+            return replace(
+                state, events=tuple(events), drain=drain, last_outcome=last_outcome, signals=signals
+            )
 
         self._update(change)
 
