@@ -1,0 +1,118 @@
+"""`tpu-watchdog fake-metadata` as users run it: a real process, its announced port, a scripted change,
+and a clean exit on SIGTERM/SIGINT. Usage errors are checked in-process (no server starts)."""
+
+from __future__ import annotations
+
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from watchdog.cli import EXIT_USAGE, main
+from watchdog.fake.server import FakeMetadataServer
+
+FLAVOR = {"Metadata-Flavor": "Google"}
+ME = "instance/maintenance-event"
+ANNOUNCE = "fake metadata server listening on "
+
+
+def first_line(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "the command announced nothing on stdout"
+    return proc.stdout.readline()
+
+
+@pytest.fixture
+def start() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def launch(procs: list[subprocess.Popen[str]], *args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "fake-metadata", "--listen", "127.0.0.1:0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    procs.append(proc)
+    line = first_line(proc)
+    assert line.startswith(ANNOUNCE), line
+    return proc, line[len(ANNOUNCE) :].strip()
+
+
+def test_scripted_change_arrives_and_sigterm_exits_0(start: list[subprocess.Popen[str]]) -> None:
+    proc, address = launch(
+        start,
+        "--set",
+        "instance/preempted=TRUE",
+        "--at",
+        "300ms",
+        f"{ME}=TERMINATE_ON_HOST_MAINTENANCE",
+    )
+    host, port = address.split(":")
+    assert host == "127.0.0.1"
+    assert int(port) > 0
+    url = f"http://{address}/computeMetadata/v1/"
+    with requests.Session() as session:
+        session.trust_env = False
+        assert session.get(url + "instance/preempted", headers=FLAVOR, timeout=10).text == "TRUE"
+        first = session.get(url + ME, headers=FLAVOR, timeout=10)
+        etag = first.headers["ETag"] if first.text == "NONE" else "0"
+        changed = session.get(
+            url + ME,
+            params={"wait_for_change": "true", "last_etag": etag, "timeout_sec": "30"},
+            headers=FLAVOR,
+            timeout=40,
+        )
+    assert changed.text == "TERMINATE_ON_HOST_MAINTENANCE"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert f"+0.300s {ME} = TERMINATE_ON_HOST_MAINTENANCE" in err
+
+
+def test_sigint_also_exits_0(start: list[subprocess.Popen[str]]) -> None:
+    proc, _ = launch(start)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--at", "soon", f"{ME}=X"], "soon"),
+        (["--at", "1s", "no-equals-sign"], "no-equals-sign"),
+        (["--set", "instance/upcoming-maintenance={oops"], "{oops"),
+        (["--set", "instance=x"], "instance"),
+        (["--listen", "nowhere"], "nowhere"),
+        (["--listen", "0.0.0.0:0"], "--allow-remote"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_them(
+    capsys: pytest.CaptureFixture[str], args: list[str], named: str
+) -> None:
+    assert main(["fake-metadata", *args]) == EXIT_USAGE
+    assert named in capsys.readouterr().err
+
+
+def test_a_busy_port_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeMetadataServer() as busy:
+        assert main(["fake-metadata", "--listen", busy.address]) == 1
+    assert f"cannot listen on {busy.address}" in capsys.readouterr().err
+
+
+def test_help_names_the_default_address(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["fake-metadata", "--help"])
+    assert "127.0.0.1:8053" in capsys.readouterr().out

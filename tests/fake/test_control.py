@@ -1,0 +1,84 @@
+"""The control API's rules without HTTP (the HTTP path is covered in test_server.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from watchdog.fake.control import ControlRequest, handle_control
+from watchdog.fake.faults import FaultBook
+from watchdog.fake.requestlog import RequestLog, RequestRecord
+from watchdog.fake.store import Leaf, MetadataStore
+
+
+class Control:
+    def __init__(self) -> None:
+        self.store, self.faults, self.log = MetadataStore(), FaultBook(), RequestLog(capacity=2)
+
+    def __call__(
+        self, method: str, path: str, body: bytes = b"", query: str = "", content_type: str = ""
+    ) -> tuple[int, Any]:
+        request = ControlRequest(method, f"/_fake/{path}", query, body, content_type)
+        answer = handle_control(request, self.store, self.faults, self.log)
+        return answer.status, json.loads(answer.body)
+
+
+@pytest.fixture
+def control() -> Control:
+    return Control()
+
+
+def test_put_get_delete(control: Control) -> None:
+    assert control("PUT", "v1/instance/preempted", b"TRUE")[1]["changed"] is True
+    assert control("PUT", "v1/instance/preempted", b"TRUE")[1]["changed"] is False
+    status, body = control("GET", "v1/instance/preempted")
+    assert (status, body["value"], body["status"]) == (200, "TRUE", 200)
+    assert control("DELETE", "v1/instance/preempted")[0] == 200
+    assert control("GET", "v1/instance/preempted")[0] == 404
+
+
+def test_json_content_type_sets_a_json_value(control: Control) -> None:
+    control("PUT", "v1/instance/attributes/hosts", b'["a"]', content_type="application/json")
+    snapshot = control.store.lookup("instance/attributes/hosts")
+    assert isinstance(snapshot, Leaf)
+    assert snapshot.value.content == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "query", "status"),
+    [
+        ("PUT", "v1/instance", b"x", "", 400),  # a directory
+        ("PUT", "v1/", b"x", "", 400),  # no key
+        ("PUT", "v1/instance/a/../b", b"x", "", 400),
+        ("PUT", "v1/instance/preempted", b"\xff", "", 400),
+        ("PUT", "v1/instance/preempted", b"TRUE", "status=42", 400),
+        ("PATCH", "v1/instance/preempted", b"", "", 405),
+        ("GET", "reset", b"", "", 405),
+        ("POST", "reset", b'{"path": 1}', "", 400),
+        ("POST", "reset", b'{"what": "x"}', "", 400),
+        ("POST", "faults", b"not json", "", 400),
+        ("POST", "faults", b'{"kind": "status", "count": "2"}', "", 400),
+        ("PUT", "faults", b"", "", 405),
+        ("POST", "requests", b"", "", 405),
+        ("GET", "v2/instance/preempted", b"", "", 404),
+    ],
+)
+def test_mistakes_get_a_clear_error(
+    control: Control, method: str, path: str, body: bytes, query: str, status: int
+) -> None:
+    got, answer = control(method, path, body, query)
+    assert got == status
+    assert answer["error"]
+
+
+def test_requests_are_a_bounded_ring(control: Control) -> None:
+    for i in range(3):
+        control.log.add(RequestRecord(float(i), "GET", f"k{i}", "", True, 200))
+    assert [r["path"] for r in control("GET", "requests")[1]] == ["k1", "k2"]
+
+
+def test_reset_everything_with_an_empty_body(control: Control) -> None:
+    control.store.set("instance/preempted", "TRUE")
+    assert control("POST", "reset")[1] == {"reset": "everything", "changed": True}

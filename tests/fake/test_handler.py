@@ -1,0 +1,153 @@
+"""The HTTP mechanics of the fake: keep-alive, lost clients, injected faults, and the control API."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from typing import Any
+
+import pytest
+import requests
+
+from tests.fake.http_helpers import FLAVOR, ME, UPCOMING, get
+from tests.waiting import wait_for
+from watchdog.fake.faults import OVERSIZED_BYTES
+from watchdog.fake.server import FakeMetadataServer, Fault
+
+
+def test_a_client_that_goes_away_frees_its_hanging_request(fake: FakeMetadataServer) -> None:
+    host, port = fake.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        client.sendall(
+            f"GET /computeMetadata/v1/{ME}?wait_for_change=true HTTP/1.1\r\n"
+            "Host: x\r\nMetadata-Flavor: Google\r\n\r\n".encode()
+        )
+        wait_for(lambda: fake.hanging() == 1, what="the GET to hang")
+    wait_for(lambda: fake.hanging() == 0, what="the server to notice the client left")
+    wait_for(lambda: fake.requests() and fake.requests()[-1].note == "abandoned", what="the record")
+
+
+# --- HTTP/1.1 ---------------------------------------------------------------------------------------------
+def test_keep_alive_serves_several_requests_on_one_connection(fake: FakeMetadataServer) -> None:
+    host, port = fake.address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        bodies = []
+        connection.connect()
+        first_socket = connection.sock
+        for path in (ME, "instance/no-such-key", "instance/preempted"):
+            connection.request("GET", f"/computeMetadata/v1/{path}", headers=FLAVOR)
+            response = connection.getresponse()
+            assert response.getheader("Content-Length") is not None
+            bodies.append(response.read())
+            assert connection.sock is first_socket  # the same connection, kept alive
+        assert bodies[0] == b"NONE"
+        assert bodies[2] == b"FALSE"
+    finally:
+        connection.close()
+
+
+# --- faults -----------------------------------------------------------------------------------------------
+def test_status_fault_answers_the_next_n_matching_requests(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
+    fake.add_fault(Fault(kind="status", status=503, count=2, path="instance/preempted"))
+    assert get(fake, session, ME).status_code == 200  # another path is untouched
+    assert [get(fake, session, "instance/preempted").status_code for _ in range(3)] == [503, 503, 200]
+
+
+def test_reset_fault_closes_without_an_answer(fake: FakeMetadataServer, session: requests.Session) -> None:
+    fake.add_fault(Fault(kind="reset"))
+    with pytest.raises(requests.ConnectionError):
+        get(fake, session, ME)
+    assert get(fake, session, ME).text == "NONE"
+    assert fake.requests()[-2].status == 0
+
+
+def test_delay_fault_answers_late_but_right(fake: FakeMetadataServer, session: requests.Session) -> None:
+    fake.add_fault(Fault(kind="delay", seconds=0.2))
+    assert get(fake, session, ME).text == "NONE"
+    assert fake.requests()[-1].note == "fault:delay"
+
+
+def test_garbage_fault_sends_binary_bytes(fake: FakeMetadataServer, session: requests.Session) -> None:
+    fake.add_fault(Fault(kind="garbage"))
+    answer = get(fake, session, ME)
+    assert answer.status_code == 200
+    with pytest.raises(UnicodeDecodeError):
+        answer.content.decode()
+    assert b"\x00" in answer.content
+
+
+def test_oversized_fault_sends_more_than_64_kib(fake: FakeMetadataServer, session: requests.Session) -> None:
+    fake.add_fault(Fault(kind="oversized"))
+    answer = get(fake, session, ME)
+    assert len(answer.content) == OVERSIZED_BYTES > 64 * 1024
+
+
+def test_no_flavor_fault_drops_the_response_header(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
+    fake.add_fault(Fault(kind="no_flavor"))
+    answer = get(fake, session, ME)
+    assert answer.text == "NONE"
+    assert "Metadata-Flavor" not in answer.headers
+    assert get(fake, session, ME).headers["Metadata-Flavor"] == "Google"
+
+
+# --- the control API --------------------------------------------------------------------------------------
+def control(session: requests.Session, method: str, fake: FakeMetadataServer, path: str, **kw: Any) -> Any:
+    answer = session.request(method, f"{fake.url}/_fake/{path}", timeout=10, **kw)
+    return answer.status_code, answer.json()
+
+
+def test_control_sets_deletes_and_resets_values(fake: FakeMetadataServer, session: requests.Session) -> None:
+    status, body = control(session, "PUT", fake, f"v1/{ME}", data="TERMINATE_ON_HOST_MAINTENANCE")
+    assert status == 200
+    assert body["changed"] is True
+    assert get(fake, session, ME).text == "TERMINATE_ON_HOST_MAINTENANCE"
+    notice = {"type": "UNSCHEDULED", "maintenance_status": "ONGOING"}
+    assert control(session, "PUT", fake, f"v1/{UPCOMING}", data=json.dumps(notice))[0] == 200
+    assert get(fake, session, UPCOMING, alt="json").json() == notice
+    assert control(session, "PUT", fake, f"v1/{UPCOMING}", data="{not json")[0] == 400
+    assert control(session, "DELETE", fake, "v1/instance/preempted")[0] == 200
+    assert control(session, "DELETE", fake, "v1/instance/preempted")[0] == 404
+    assert get(fake, session, "instance/preempted").status_code == 404
+    assert control(session, "POST", fake, "reset", json={"path": ME})[0] == 200
+    assert get(fake, session, ME).text == "NONE"
+    assert get(fake, session, UPCOMING).status_code == 200  # only ME was reset
+    assert control(session, "POST", fake, "reset", json={})[0] == 200
+    assert get(fake, session, "instance/preempted").text == "FALSE"
+
+
+def test_control_can_set_an_error_status(fake: FakeMetadataServer, session: requests.Session) -> None:
+    assert control(session, "PUT", fake, f"v1/{UPCOMING}?status=503", data="{}")[0] == 200
+    answer = get(fake, session, UPCOMING)
+    assert (answer.status_code, answer.text) == (503, "{}")
+
+
+def test_control_adds_faults(fake: FakeMetadataServer, session: requests.Session) -> None:
+    fault = {"kind": "status", "status": 500, "count": 1, "path": ME}
+    assert control(session, "POST", fake, "faults", json=fault)[0] == 200
+    assert control(session, "GET", fake, "faults")[1][0]["status"] == 500
+    assert get(fake, session, ME).status_code == 500
+    assert control(session, "GET", fake, "faults")[1] == []
+    status, body = control(session, "POST", fake, "faults", json={"kind": "explode"})
+    assert status == 400
+    assert "explode" in body["error"]
+
+
+def test_control_lists_metadata_requests_only(fake: FakeMetadataServer, session: requests.Session) -> None:
+    get(fake, session, ME, alt="text")
+    session.get(f"{fake.url}/computeMetadata/v1/{ME}", timeout=10)  # no flavor
+    status, records = control(session, "GET", fake, "requests")
+    assert status == 200
+    assert [(r["path"], r["query"], r["flavor_present"], r["status"]) for r in records] == [
+        (ME, "alt=text", True, 200),
+        (ME, "", False, 403),
+    ]
+
+
+def test_unknown_control_endpoint_is_404(fake: FakeMetadataServer, session: requests.Session) -> None:
+    assert control(session, "GET", fake, "nothing-here")[0] == 404

@@ -1,0 +1,264 @@
+"""The HTTP side of the fake: a threaded HTTP/1.1 server and a thin handler over the store, the fault book
+and the request log. Protocol rules live in answer.py, the control API in control.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import socket
+import socketserver
+import threading
+import time
+from dataclasses import dataclass, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from watchdog.fake.answer import Answer, Query, QueryError, answer_metadata, error, parse_query
+from watchdog.fake.control import MAX_BODY, PREFIX, ControlRequest, handle_control
+from watchdog.fake.faults import GARBAGE, OVERSIZED_BYTES, FaultBook
+from watchdog.fake.listen import ListenAddress
+from watchdog.fake.requestlog import RequestLog, RequestRecord
+from watchdog.fake.store import MetadataStore
+
+log = logging.getLogger("watchdog.fake")
+METADATA_ROOT = "/computeMetadata/v1/"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What the handlers serve from, and the stop event that ends their waits."""
+
+    store: MetadataStore
+    faults: FaultBook
+    log: RequestLog
+    stop: threading.Event
+
+
+class MetadataHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, listen: ListenAddress, backend: Backend) -> None:
+        self.backend = backend
+        self.address_family = listen.family
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        self._busy = 0
+        self._busy_changed = threading.Condition()
+        super().__init__((listen.bind_host, listen.port), _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind would resolve our own name (getfqdn): a DNS wait for nothing.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def busy(self, delta: int) -> None:
+        """Count requests being answered (+1 when one starts, -1 when it is done)."""
+        with self._busy_changed:
+            self._busy += delta
+            if self._busy == 0:
+                self._busy_changed.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request is being answered; False when `timeout` passed first."""
+        with self._busy_changed:
+            return self._busy_changed.wait_for(lambda: self._busy == 0, timeout)
+
+    def wake(self) -> None:
+        """Make serve_forever's select return now: connect to ourselves (the connection is never served
+        when shutdown() has asked the loop to stop; otherwise its handler just sees an empty request)."""
+        with contextlib.suppress(OSError), socket.socket(self.address_family, socket.SOCK_STREAM) as poke:
+            poke.settimeout(1.0)
+            poke.connect(self.server_address[:2])
+
+    def close_connections(self) -> None:
+        """Shut every open connection, so handlers idle on keep-alive reads finish at once."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):  # already closed by its handler
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: MetadataHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes: without NODELAY, Nagle plus delayed ACKs add 40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def version_string(self) -> str:
+        return "Metadata Server for VM"
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _dispatch(self) -> None:
+        self.server.busy(+1)
+        try:
+            self._dispatch_one()
+        except OSError:  # the client went away mid-answer, or stop() closed the connection
+            log.debug("connection lost answering %s %s", self.command, self.path, exc_info=True)
+            self.close_connection = True
+        finally:
+            self.server.busy(-1)
+
+    def _dispatch_one(self) -> None:
+        backend = self.server.backend
+        try:
+            url = urlsplit(self.path)
+            body = self._read_body()
+            if body is None:
+                return
+            if url.path.startswith(PREFIX):
+                content_type = self.headers.get("Content-Type", "")
+                control = ControlRequest(self.command, url.path, url.query, body, content_type)
+                self._send(handle_control(control, backend.store, backend.faults, backend.log))
+            elif url.path.startswith(METADATA_ROOT):
+                self._metadata(unquote(url.path[len(METADATA_ROOT) :]), url.query)
+            else:
+                self._send(error(404, "Not Found"))
+        except OSError:
+            raise
+        except Exception:  # the fake answers 500 and keeps serving, as a server would
+            log.exception("fake metadata server: error answering %s %s", self.command, self.path)
+            self.close_connection = True
+            self._send(error(500, "internal error in the fake metadata server"))
+
+    def _read_body(self) -> bytes | None:
+        """The request body (b"" without one); None after answering 411/413 to what we will not read."""
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._send(error(411, "send a Content-Length, not a chunked body"))
+            return None
+        length_text = self.headers.get("Content-Length", "0")
+        if not length_text.isdigit() or int(length_text) > MAX_BODY:
+            self.close_connection = True
+            self._send(error(413, f"a body needs a Content-Length of at most {MAX_BODY} bytes"))
+            return None
+        return self.rfile.read(int(length_text))
+
+    def _metadata(self, path: str, raw_query: str) -> None:
+        backend = self.server.backend
+        arrived = time.time()
+        flavor_present = self.headers.get("Metadata-Flavor") is not None
+        answer, flavor = self._metadata_answer(path, raw_query)
+        if answer is None:
+            status, note = 0, "fault:reset"
+        elif answer.note == "abandoned":
+            status, note = 0, "abandoned"
+        else:
+            status, note = answer.status, answer.note
+        # Logged before the answer goes out: a client that has its answer finds the record there.
+        backend.log.add(RequestRecord(arrived, self.command, path, raw_query, flavor_present, status, note))
+        if answer is None:  # the connection is to be dropped without a word
+            self._drop()
+        elif answer.note == "abandoned":
+            self.close_connection = True
+        else:
+            self._send(answer, flavor=flavor)
+
+    def _metadata_answer(self, path: str, raw_query: str) -> tuple[Answer | None, bool]:
+        """The answer (None: reset the connection) and whether it carries the flavor header."""
+        backend = self.server.backend
+        if self.headers.get("X-Forwarded-For") is not None:
+            return error(403, "Request had an X-Forwarded-For header and was rejected."), True
+        if self.headers.get("Metadata-Flavor") != "Google":
+            return error(403, "Missing Metadata-Flavor:Google header."), True
+        if self.command != "GET":
+            return replace(error(405, "Method Not Allowed"), headers=(("Allow", "GET"),)), True
+        try:
+            query = parse_query(raw_query)
+        except QueryError as exc:
+            return error(400, str(exc)), True
+        fault = backend.faults.take(path)
+        if fault is None:
+            return answer_metadata(backend.store, path, query, backend.stop, self._client_gone), True
+        note = f"fault:{fault.kind}"
+        if fault.kind == "reset":
+            return None, True
+        if fault.kind == "status":
+            return error(fault.status, f"injected fault: HTTP {fault.status}", note=note), True
+        if fault.kind == "delay" and backend.stop.wait(fault.seconds):
+            return error(503, "the fake metadata server is stopping", note="stopped"), True
+        if fault.kind in ("garbage", "oversized"):
+            now = answer_metadata(backend.store, path, Query(alt=query.alt), backend.stop)
+            body = GARBAGE if fault.kind == "garbage" else _oversized(now.body)
+            return replace(now, status=200, body=body, note=note), True
+        answer = answer_metadata(backend.store, path, query, backend.stop, self._client_gone)
+        return replace(answer, note=note), fault.kind != "no_flavor"
+
+    def _client_gone(self) -> bool:
+        """True when the client closed its end (a readable socket with nothing to read)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            peeked: bytes = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            return peeked == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def _drop(self) -> None:
+        """Close with an RST (SO_LINGER 0), no response: what a crashing server looks like."""
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        self.connection.close()  # the real close (an RST) comes when the handler closes its files
+
+    def _send(self, answer: Answer, flavor: bool = True) -> None:
+        if answer.note == "stopped":
+            self.close_connection = True
+        self.send_response(answer.status)
+        if flavor:
+            self.send_header("Metadata-Flavor", "Google")
+        self.send_header("Content-Type", answer.content_type)
+        if answer.etag is not None:
+            self.send_header("ETag", answer.etag)
+        for name, value in answer.headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(answer.body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(answer.body)
+
+
+def _oversized(body: bytes) -> bytes:
+    unit = body or b"X"
+    return (unit * (OVERSIZED_BYTES // len(unit) + 1))[:OVERSIZED_BYTES]
