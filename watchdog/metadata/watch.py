@@ -1,0 +1,298 @@
+"""One hanging-GET watch per metadata key, pushing plain event records to an injected `emit`.
+
+Each watch reads the value and its ETag, emits it (the first value is a change from "unknown"), then hangs
+with `wait_for_change=true&last_etag=E&timeout_sec=T` and a client read timeout a margin longer than T
+(the guest agent's 60/70). It emits only when the parsed value changed: the server also returns on timeout.
+A failure is classified, emitted as `WatchFailed`, backed off and retried, and is never a value change;
+after one, a plain GET resynchronises before hanging again. Setting `stop` closes the transport, which
+shuts down the sockets of hanging GETs, so every watch ends at once (one stop per transport).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeAlias
+
+from watchdog.clock import Clock, SystemClock
+from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.errors import ErrorKind, MetadataError
+from watchdog.metadata.keys import DEFAULT_KEYS, KEY_SPECS, KeySpec
+from watchdog.metadata.transport import MetadataResponse, MetadataTransport
+from watchdog.metadata.values import (
+    MaintenanceEvent,
+    MaintenanceKind,
+    MalformedValue,
+    UpcomingMaintenance,
+    WatchedValue,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ValueChanged:
+    key: str
+    value: WatchedValue
+    at: float  # wall seconds
+
+
+@dataclass(frozen=True)
+class WatchFailed:
+    key: str
+    error: MetadataError
+    at: float
+
+
+@dataclass(frozen=True)
+class KeyUnsupported:
+    key: str
+    at: float
+
+
+WatchEvent: TypeAlias = ValueChanged | WatchFailed | KeyUnsupported
+Emit = Callable[[WatchEvent], None]
+
+
+class WatchMode(enum.Enum):
+    HANGING = "hanging"
+    POLLING = "polling"  # hanging GETs misbehaved on this key: a plain GET every poll_interval_sec
+    UNSUPPORTED = "unsupported"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class WatchTiming:
+    """Tuning of a watch; tests shrink these, production keeps the defaults."""
+
+    read_margin_sec: float = 10.0  # client read timeout = timeout_sec + this (guest agent: 60 + 10)
+    request_timeout_sec: float = 10.0  # read timeout of a plain (non-hanging) GET
+    spin_guard_sec: float = 1.0  # pause after a hanging GET that returned early with no change
+    early_returns_before_polling: int = 3  # that many in a row on a may_poll key: switch to polling
+    poll_interval_sec: float = 60.0
+
+
+@dataclass(frozen=True)
+class WatchStatus:
+    """A snapshot for health checks and metrics."""
+
+    key: str
+    mode: WatchMode
+    value: WatchedValue | None
+    last_success: float | None  # wall seconds of the last good answer
+    last_error: ErrorKind | None  # kind of the last failure, None once a request succeeds again
+    error_counts: Mapping[ErrorKind, int] = field(default_factory=dict)
+    requests: int = 0
+    changes: int = 0
+
+
+class KeyWatch:
+    """Watches one key in its own thread until `stop` is set (or the key turns out to be unsupported)."""
+
+    def __init__(
+        self,
+        key: str,
+        transport: MetadataTransport,
+        emit: Emit,
+        stop: threading.Event,
+        clock: Clock | None = None,
+        timeout_sec: int = 60,
+        *,
+        timing: WatchTiming | None = None,
+        backoff: Backoff | None = None,
+        spec: KeySpec | None = None,
+    ) -> None:
+        if timeout_sec < 1:
+            raise ValueError(f"timeout_sec must be a whole number of seconds >= 1, got {timeout_sec}")
+        self.key = key
+        self._spec = spec if spec is not None else KEY_SPECS[key]
+        self._transport = transport
+        self._emit = emit
+        self._stop = stop
+        self._clock = clock if clock is not None else SystemClock()
+        self._timeout_sec = int(timeout_sec)
+        self._timing = timing if timing is not None else WatchTiming()
+        self._backoff = backoff if backoff is not None else Backoff()
+        self._lock = threading.Lock()
+        self._status = WatchStatus(key, WatchMode.HANGING, None, None, None)
+        self._etag: str | None = None
+        self._thread = threading.Thread(target=self.run, name=f"watch {key}", daemon=True)
+        self._closer = threading.Thread(target=self._close_on_stop, name=f"stop {key}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._closer.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """True when the watch has ended (or was never started)."""
+        if self._thread.ident is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def status(self) -> WatchStatus:
+        with self._lock:
+            return self._status
+
+    def _close_on_stop(self) -> None:
+        self._stop.wait()
+        self._transport.close()
+
+    def _update(self, **changes: Any) -> None:
+        with self._lock:
+            self._status = replace(self._status, **changes)
+
+    def run(self) -> None:
+        """The watch loop (the thread's target); returns when stopped or the key is unsupported."""
+        try:
+            self._loop()
+        finally:
+            if self.status().mode is not WatchMode.UNSUPPORTED:
+                self._update(mode=WatchMode.STOPPED)
+
+    def _loop(self) -> None:
+        resync = True  # the next request is a plain GET: at start and after any failure
+        early_returns = 0
+        while not self._stop.is_set():
+            mode = self.status().mode
+            hanging = not resync and mode is WatchMode.HANGING
+            started = self._clock.monotonic()
+            try:
+                changed = self._accept(self._fetch(hanging))
+            except MetadataError as exc:
+                if self._stop.is_set():
+                    return
+                if exc.kind is ErrorKind.HTTP_404 and self._spec.unsupported_on_404:
+                    self._update(mode=WatchMode.UNSUPPORTED)
+                    log.warning("%s: not supported on this machine (404); no longer watched", self.key)
+                    self._send(KeyUnsupported(self.key, self._clock.wall()))
+                    return
+                if hanging and exc.status == 400 and self._spec.may_poll:
+                    self._fall_back_to_polling(f"a hanging GET got HTTP 400 ({exc.detail})")
+                    continue
+                self._failed(exc)
+                resync = exc.kind is not ErrorKind.MALFORMED_VALUE  # a bad value came with a good ETag
+                self._stop.wait(self._backoff.next_delay())
+                continue
+            except Exception as exc:  # broad on purpose: a watch never dies: log, count, back off, go on
+                log.exception("%s: unexpected failure in the watch", self.key)
+                self._failed(MetadataError(ErrorKind.OTHER, self.key, f"{type(exc).__name__}: {exc}"))
+                resync = True
+                self._stop.wait(self._backoff.next_delay())
+                continue
+            resync = False
+            self._backoff.reset()
+            if mode is WatchMode.POLLING:
+                self._stop.wait(self._timing.poll_interval_sec)
+            elif hanging and not changed and self._clock.monotonic() - started < self._timeout_sec / 2:
+                early_returns += 1
+                if self._spec.may_poll and early_returns >= self._timing.early_returns_before_polling:
+                    self._fall_back_to_polling(f"{early_returns} hanging GETs in a row returned at once")
+                else:
+                    self._stop.wait(self._timing.spin_guard_sec)
+            else:
+                early_returns = 0
+
+    def _fetch(self, hanging: bool) -> MetadataResponse:
+        self._update(requests=self.status().requests + 1)
+        return self._transport.get(
+            self._spec.path,
+            wait_for_change=hanging,
+            last_etag=self._etag if hanging else None,
+            timeout_sec=self._timeout_sec if hanging else None,
+            alt=self._spec.alt,
+            read_timeout=(
+                self._timeout_sec + self._timing.read_margin_sec
+                if hanging
+                else self._timing.request_timeout_sec
+            ),
+            pass_statuses=(503,) if self._spec.value_on_503 else (),
+        )
+
+    def _accept(self, response: MetadataResponse) -> bool:
+        """Parse the answer; emit it if the value changed; True if it did. MetadataError if it is bad."""
+        try:
+            value = self._spec.parse(response.body)
+        except MalformedValue as exc:
+            if response.status == 503:
+                raise MetadataError(ErrorKind.HTTP_5XX, self.key, f"HTTP 503: {exc}", 503) from None
+            self._etag = response.etag  # wait for the next change rather than re-reading the bad value
+            raise MetadataError(ErrorKind.MALFORMED_VALUE, self.key, str(exc), response.status) from None
+        if response.status == 503 and value != UpcomingMaintenance(None):
+            raise MetadataError(ErrorKind.HTTP_5XX, self.key, "HTTP 503 with a maintenance notice", 503)
+        self._etag = response.etag
+        now = self._clock.wall()
+        previous = self.status().value
+        changed = value != previous
+        self._update(
+            value=value,
+            last_success=now,
+            last_error=None,
+            changes=self.status().changes + (1 if changed else 0),
+        )
+        if changed:
+            unknown = isinstance(value, MaintenanceEvent) and value.kind is MaintenanceKind.UNKNOWN
+            log.log(logging.WARNING if unknown else logging.INFO, "%s: %s", self.key, value.describe())
+            self._send(ValueChanged(self.key, value, now))
+        return changed
+
+    def _failed(self, error: MetadataError) -> None:
+        counts = dict(self.status().error_counts)
+        counts[error.kind] = counts.get(error.kind, 0) + 1
+        self._update(last_error=error.kind, error_counts=counts)
+        log.warning("%s: %s (retrying)", self.key, error)
+        self._send(WatchFailed(self.key, error, self._clock.wall()))
+
+    def _fall_back_to_polling(self, why: str) -> None:
+        log.warning("%s: %s; polling every %g s instead", self.key, why, self._timing.poll_interval_sec)
+        self._update(mode=WatchMode.POLLING)
+
+    def _send(self, event: WatchEvent) -> None:
+        try:
+            self._emit(event)
+        except Exception:  # broad on purpose: a broken consumer must not end the watch
+            log.exception("%s: the event consumer failed on %r", self.key, event)
+
+
+class MetadataWatcher:
+    """The watches of several keys (default: maintenance-event, preempted, upcoming-maintenance)."""
+
+    def __init__(
+        self,
+        transport: MetadataTransport,
+        emit: Emit,
+        stop: threading.Event,
+        keys: Iterable[str] = DEFAULT_KEYS,
+        clock: Clock | None = None,
+        timeout_sec: int = 60,
+        *,
+        timing: WatchTiming | None = None,
+        backoff_factory: Callable[[], Backoff] = Backoff,
+    ) -> None:
+        self.watches = [
+            KeyWatch(key, transport, emit, stop, clock, timeout_sec, timing=timing, backoff=backoff_factory())
+            for key in keys
+        ]
+
+    def start(self) -> None:
+        for watch in self.watches:
+            watch.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """True when every watch has ended (within `timeout` s overall)."""
+        clock = SystemClock()
+        deadline = None if timeout is None else clock.monotonic() + timeout
+        for watch in self.watches:
+            left = None if deadline is None else max(0.0, deadline - clock.monotonic())
+            watch.join(left)
+        return not any(w.alive for w in self.watches)
+
+    def statuses(self) -> list[WatchStatus]:
+        return [watch.status() for watch in self.watches]
