@@ -254,9 +254,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(answer.body)))
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(answer.body)
+        try:
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(answer.body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client left (a watcher shutting its socket down on stop): nothing to answer, no error.
+            self.close_connection = True
+            log.debug("client %s left before its answer was sent", self.client_address)
 
 
 def _oversized(body: bytes) -> bytes:
