@@ -1,0 +1,160 @@
+"""`tpu-watchdog holders` end to end, as a subprocess: the table, --json, exit codes, a light start-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.proctree import ProcTree
+
+HOLD = "import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); print('ready', flush=True); sys.stdin.read()"
+
+
+def holders(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog", "holders", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    path = tmp_path / "accel0"
+    try:
+        # /dev/random's driver: other tests on this machine hold nodes with /dev/full's.
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 8))
+    except OSError as exc:
+        pytest.skip(f"cannot mknod a device node here ({exc}); needs root on a filesystem without nodev")
+    return path
+
+
+@pytest.fixture
+def holder(node: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(node)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"  # blocks until the child holds the node
+    yield proc
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    proc.stdout.close()
+
+
+def test_table_lists_the_holder_like_lsof(node: Path, holder: subprocess.Popen[str]) -> None:
+    done = holders("--device", f"{node.parent}/accel*")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["COMMAND", "PID", "USER", "FD-DEVICES", "CGROUP"]
+    rows = {int(line.split()[1]): line.split() for line in lines[1:]}
+    assert rows[holder.pid][2] == "root"
+    assert rows[holder.pid][3] == str(node)
+
+
+def test_json_lists_the_holder(node: Path, holder: subprocess.Popen[str]) -> None:
+    done = holders("--device", f"{node.parent}/accel*", "--json")
+    assert done.returncode == 0, done.stderr
+    found = {entry["pid"]: entry for entry in json.loads(done.stdout)}
+    entry = found[holder.pid]
+    assert set(entry) >= {"pid", "start_time", "name", "cmdline", "uid", "devices", "cgroup"}
+    assert entry["devices"] == [str(node)]
+    assert entry["cmdline"][:2] == [sys.executable, "-c"]
+    assert entry["uid"] == 0
+    assert isinstance(entry["start_time"], int)
+
+
+def test_no_holder_exits_1_and_says_why(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "accel0").write_text("")
+    ProcTree(tmp_path / "proc").add(4100, fds={0: "/dev/null"})
+    proc_root = str(tmp_path / "proc")
+    done = holders("--device", f"{dev}/accel*", "--proc-root", proc_root)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert f"no process holds {dev}/accel0 (1 processes scanned)" in done.stderr
+    done = holders("--device", f"{tmp_path}/nothing*", "--json", "--proc-root", proc_root)
+    assert done.returncode == 1
+    assert json.loads(done.stdout) == []
+    assert f"no device file matches {tmp_path}/nothing*" in done.stderr
+
+
+def test_fixture_tree_shows_names_uids_and_cgroups(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "accel0").write_text("")
+    (dev / "accel1").write_text("")
+    lock = tmp_path / "libtpu_lockfile"
+    lock.write_text("")
+    tree = ProcTree(tmp_path / "proc")
+    tree.add(4000, "train one", cgroup="0::/kubepods/pod1/c1\n", fds={3: f"{dev}/accel1", 4: f"{dev}/accel0"})
+    tree.add(4001, "lockholder", uid=4242424, fds={9: str(lock)})  # no passwd entry: the uid itself
+    done = holders(
+        "--device", f"{dev}/accel*", "--extra-path", str(lock), "--proc-root", str(tmp_path / "proc")
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [re.split(r"  +", line) for line in done.stdout.splitlines()]
+    assert rows == [
+        ["COMMAND", "PID", "USER", "FD-DEVICES", "CGROUP"],
+        ["train one", "4000", "root", f"{dev}/accel0,{dev}/accel1", "/kubepods/pod1/c1"],
+        ["lockholder", "4001", "4242424", str(lock), "/user.slice/user-0.slice/session-1.scope"],
+    ]
+    assert len({column_starts(line) for line in done.stdout.splitlines()}) == 1  # aligned like lsof
+
+
+def column_starts(line: str) -> tuple[int, ...]:
+    starts, end = [], 0
+    for cell in re.split(r"  +", line):
+        end = line.index(cell, end)
+        starts.append(end)
+        end += len(cell)
+    return tuple(starts)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--no-such-flag"],
+        ["--device"],
+        ["--device", ""],
+        ["--proc-root", "/no/such/dir"],
+        ["--json", "extra"],
+    ],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    done = holders(*args)
+    assert done.returncode == 2
+    assert "error" in done.stderr
+
+
+def test_start_up_stays_light(tmp_path: Path) -> None:
+    """`holders` runs in shells and probes: it must not pay for the daemon's heavy imports."""
+    (tmp_path / "accel0").write_text("")
+    ProcTree(tmp_path / "proc").add(4200, fds={3: str(tmp_path / "accel0")})
+    heavy = ("requests", "prometheus_client", "psutil", "systemd")
+    argv = ["holders", "--device", f"{tmp_path}/accel*", "--proc-root", str(tmp_path / "proc")]
+    code = (
+        "import sys\n"
+        "from watchdog.cli import main\n"
+        f"rc = main({argv!r})\n"
+        f"sys.stderr.write(' '.join(m for m in {heavy!r} if m in sys.modules))\n"
+        "sys.exit(rc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "4200" in done.stdout
+    assert done.stderr == ""

@@ -1,0 +1,82 @@
+"""`tpu-watchdog status`: from a running daemon's /status, else from its state file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.workloads import Workloads
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.httpapi import HttpSurface
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeMetadataServer]:
+    with FakeMetadataServer(listen="127.0.0.1:0") as server:
+        yield server
+
+
+@pytest.fixture
+def workloads(tmp_path: Path) -> Iterator[Workloads]:
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    loads = Workloads(devices)
+    yield loads
+    loads.close()
+
+
+def status(tmp_path: Path, listen: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "empty.toml").write_text("")
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog", "status", "--config", str(tmp_path / "empty.toml"),
+         "--listen", listen, "--state-dir", str(tmp_path / "state"), *args],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )  # fmt: skip
+
+
+def test_status_of_a_running_daemon(fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path) -> None:
+    workloads.start("handled")
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        http = HttpSurface("127.0.0.1:0", harness.daemon.view)
+        http.start()
+        try:
+            fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+            harness.wait_state("drained")
+            shown = status(tmp_path, http.address)
+            raw = status(tmp_path, http.address, "--json")
+        finally:
+            http.stop()
+    assert shown.returncode == 0, shown.stderr
+    assert "state:     drained" in shown.stdout
+    assert "maintenance-event = TERMINATE_ON_HOST_MAINTENANCE" in shown.stdout
+    assert "last drain: exited" in shown.stdout
+    data = json.loads(raw.stdout)
+    assert data["state"] == "drained"
+    assert data["events"][0]["source"] == "maintenance-event"
+
+
+def test_status_falls_back_to_the_state_file(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    workloads.start("handled")
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+        harness.wait_state("drained")
+    shown = status(tmp_path, "127.0.0.1:1")  # nobody listens there
+    assert shown.returncode == 3, shown.stderr
+    assert "does not answer" in shown.stderr
+    assert "TERMINATE_ON_HOST_MAINTENANCE" in shown.stdout
+
+
+def test_status_without_daemon_or_state_is_exit_1(tmp_path: Path) -> None:
+    shown = status(tmp_path, "127.0.0.1:1")
+    assert shown.returncode == 1
+    assert "no usable state file" in shown.stderr

@@ -1,0 +1,144 @@
+"""A crash at each step of a drain, then a restart: same deadline (never extended), no second SIGTERM to a
+process already signalled (at most once per event), SIGKILL still on time. And a clean stop mid-drain.
+
+Each crash point is written into the state file exactly as the daemon writes it at that step (the state
+file is the only thing a crash leaves behind), then a real daemon starts on it.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.waiting import wait_for
+from tests.workloads import Child, Workloads
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.state_records import DrainState, EventRecord
+from watchdog.statefile import StateStore
+
+TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeMetadataServer]:
+    with FakeMetadataServer(listen="127.0.0.1:0") as server:
+        server.set(MAINTENANCE, TERMINATE)  # the event is still on when the daemon comes back
+        yield server
+
+
+@pytest.fixture
+def workloads(tmp_path: Path) -> Iterator[Workloads]:
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    loads = Workloads(devices)
+    yield loads
+    loads.close()
+
+
+def crashed_at(state_dir: Path, deadline: float, child: Child, signals: dict[int, bool]) -> None:
+    """The state file a daemon leaves when it dies mid-drain: `signals` maps each signal to whether it was
+    confirmed sent (True) or only intended (False: the crash came between intent and send)."""
+    store = StateStore(str(state_dir))
+    event = EventRecord("maintenance-event", TERMINATE, "ev-crash", deadline - 300.0)
+    drain = DrainState("draining", deadline - 300.0, deadline, 300.0, "kill", ("ev-crash",))
+    store.save_lifecycle([event], drain, None)
+    for signum, confirmed in signals.items():
+        store.record_intent(child.identity, signum, name="python3")
+        if confirmed:
+            store.record_sent(child.identity, signum, "sent")
+
+
+def never_said_term(child: Child) -> None:
+    with pytest.raises(AssertionError, match="said nothing"):
+        child.expect("term", timeout=1.0)  # the pipe closed without a word: no SIGTERM ever arrived
+
+
+@pytest.mark.parametrize(
+    ("step", "signals"),
+    [
+        ("after intent, before the signal", {signal.SIGTERM: False}),
+        ("after the signal", {signal.SIGTERM: True}),
+    ],
+)
+def test_a_signalled_process_is_not_signalled_again_and_is_killed_on_time(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path, step: str, signals: dict[int, bool]
+) -> None:
+    child = workloads.start("report")  # says "term" for every SIGTERM; never exits by itself
+    deadline = time.time() + 3.0
+    crashed_at(tmp_path / "state", deadline, child, signals)
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        assert harness.daemon.lifecycle.drain is not None
+        assert harness.daemon.lifecycle.drain.deadline == deadline  # not extended by the restart
+        assert child.popen.wait(timeout=15) == -signal.SIGKILL
+        killed_at = time.time()
+        harness.wait_state("timed_out")
+        assert harness.metric("tpu_watchdog_signals_sent_total", signal="SIGTERM") == 0
+    assert deadline - 0.5 <= killed_at <= deadline + 5.0, step
+    never_said_term(child)
+
+
+def test_crash_before_the_first_intent_signals_once_with_the_same_deadline(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    child = workloads.start("report")
+    deadline = time.time() + 3.0
+    crashed_at(tmp_path / "state", deadline, child, {})
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        child.expect("term")
+        assert child.popen.wait(timeout=15) == -signal.SIGKILL
+        killed_at = time.time()
+        harness.wait_state("timed_out")
+        assert harness.metric("tpu_watchdog_signals_sent_total", signal="SIGTERM") == 1
+    assert deadline - 0.5 <= killed_at <= deadline + 5.0
+    with pytest.raises(AssertionError, match="said nothing"):
+        child.expect("term", timeout=1.0)  # exactly one SIGTERM
+
+
+@pytest.mark.parametrize(
+    "signals",
+    [{signal.SIGTERM: True}, {signal.SIGTERM: True, signal.SIGKILL: False}],
+    ids=["term", "kill-intent"],
+)
+def test_crash_during_escalation_kills_at_once(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path, signals: dict[int, bool]
+) -> None:
+    child = workloads.start("report")
+    crashed_at(tmp_path / "state", time.time() - 1.0, child, signals)  # the deadline has passed
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        assert child.popen.wait(timeout=10) == -signal.SIGKILL
+        harness.wait_state("timed_out")
+    never_said_term(child)
+
+
+def test_a_clean_stop_mid_drain_is_fast_and_the_next_start_resumes(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    child = workloads.start("report")
+    state_dir = tmp_path / "state"
+    harness = DaemonHarness(state_dir, fake, workloads, maintenance_grace=4.0)
+    with harness:
+        child.expect("term")
+        drain = harness.daemon.lifecycle.drain
+        assert drain is not None
+        deadline = drain.deadline
+        started = time.monotonic()
+        harness.stop.set()
+        harness.thread.join(timeout=5)
+        assert time.monotonic() - started < 2.0
+    saved = StateStore(str(state_dir)).state
+    assert saved.drain is not None
+    assert saved.drain.deadline_at == deadline
+    assert [s.signal for s in saved.signals] == ["SIGTERM"]
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=4.0) as again:
+        assert again.daemon.lifecycle.drain is not None
+        assert again.daemon.lifecycle.drain.deadline == deadline
+        assert child.popen.wait(timeout=15) == -signal.SIGKILL
+        again.wait_state("timed_out")
+    with pytest.raises(AssertionError, match="said nothing"):
+        child.expect("term", timeout=1.0)  # the resumed drain did not SIGTERM again
+    wait_for(lambda: not child.alive(), what="the child to be gone")

@@ -1,0 +1,196 @@
+"""`tpu-watchdog demo`: the whole product on the embedded fake metadata server, narrated, in seconds.
+
+A fake metadata server, a sample training job holding a simulated TPU device node, and the daemon (real
+watches, real state file, real signals); then maintenance is announced and every step is shown, ending with
+the checkpoint on disk, the daemon's status and a few metric lines. Everything lives in a temporary
+directory and is cleaned up. The daemon here only ever considers the demo's own job: whatever else on this
+machine holds a device with the same numbers is never signalled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from watchdog.holders import HolderScanner, ScanResult
+
+MAINTENANCE = "instance/maintenance-event"
+METRICS_SHOWN = (
+    "tpu_watchdog_state{",
+    "tpu_watchdog_maintenance_event{",
+    "tpu_watchdog_signals_sent_total{",
+    "tpu_watchdog_drains_total{",
+    "tpu_watchdog_drain_duration_seconds_count",
+    "tpu_watchdog_device_holders ",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory (checkpoints, state)"
+    )
+
+
+def say(text: str) -> None:
+    sys.stdout.write(f"\n== {text}\n")
+    sys.stdout.flush()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the demo waited {timeout:.0f} s for {what}")
+        time.sleep(0.05)
+
+
+def make_device(directory: Path) -> Path:
+    """A character device node like /dev/accel0 (numbers of /dev/full); a plain file if mknod is refused."""
+    path = directory / "accel0"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+        sys.stdout.write(f"simulated TPU device: {path} (a character device node, like /dev/accel0)\n")
+    except OSError as error:
+        path.touch()
+        sys.stdout.write(f"simulated TPU device: {path} (a plain file: mknod refused here: {error})\n")
+    return path
+
+
+class OnlyThese:
+    """The real scanner, narrowed to the demo's own processes."""
+
+    def __init__(self, inner: HolderScanner, pids: set[int]) -> None:
+        self.inner, self.pids = inner, pids
+
+    def scan(self) -> ScanResult:
+        result = self.inner.scan()
+        return dataclasses.replace(result, holders=tuple(h for h in result.holders if h.pid in self.pids))
+
+
+def relay(stream: object, prefix: str) -> None:
+    for line in iter(stream.readline, ""):  # type: ignore[attr-defined]
+        sys.stdout.write(f"    {prefix} | {line}")
+        sys.stdout.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from watchdog.commands.status import render
+    from watchdog.config import default_config
+    from watchdog.daemon import Daemon
+    from watchdog.fake.server import FakeMetadataServer
+    from watchdog.hooks import HookRunner
+    from watchdog.httpapi import HttpSurface
+    from watchdog.metadata.errors import ErrorKind
+    from watchdog.metadata.transport import MetadataTransport
+    from watchdog.metadata.watch import MetadataWatcher, WatchEvent
+    from watchdog.metrics import Metrics
+    from watchdog.notify import Notifier
+    from watchdog.statefile import StateStore
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("    daemon  | %(message)s"))
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.INFO)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    logging.getLogger("watchdog.fake").setLevel(logging.WARNING)
+
+    tmp = Path(tempfile.mkdtemp(prefix="tpu-watchdog-demo-"))
+    stop = threading.Event()
+    started = time.monotonic()
+    trainer: subprocess.Popen[str] | None = None
+    try:
+        say("1. a fake GCE metadata server on loopback (the same one tests and rehearsals use)")
+        fake = FakeMetadataServer(listen="127.0.0.1:0").start()
+        sys.stdout.write(f"listening on {fake.address}: maintenance-event NONE, preempted FALSE\n")
+
+        say("2. a training job holding the TPU (it checkpoints when SIGTERM arrives)")
+        device = make_device(tmp)
+        checkpoints = tmp / "checkpoints"
+        trainer = subprocess.Popen(
+            [sys.executable, "-m", "watchdog.demo_workload", "--hold", str(device),
+             "--checkpoint-dir", str(checkpoints), "--save-every", "100"],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        threading.Thread(target=relay, args=(trainer.stdout, "trainer"), daemon=True).start()
+        scanner = OnlyThese(HolderScanner(patterns=(str(device),)), {trainer.pid})
+        wait_until(lambda: bool(scanner.scan().holders), 15, "the job to hold the device")
+
+        say("3. the daemon: watching the metadata server, ready to drain")
+        config = dataclasses.replace(
+            default_config(), devices=(str(device),), state_dir=str(tmp / "state"), log_level="info"
+        )
+        transport = MetadataTransport(fake.address)
+
+        def watcher(emit: Callable[[WatchEvent], None]) -> MetadataWatcher:
+            return MetadataWatcher(transport, emit, stop, timeout_sec=10)
+
+        metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
+        daemon = Daemon(
+            config, stop=stop, watcher_factory=watcher, scanner=scanner,  # type: ignore[arg-type]
+            store=StateStore(config.state_dir), hooks=HookRunner.from_config(config),
+            notifier=Notifier(environ={}), metrics=metrics,
+        )  # fmt: skip
+        http = HttpSurface("127.0.0.1:0", daemon.view)
+        http.start()
+        runner = threading.Thread(target=daemon.run, name="daemon", daemon=True)
+        runner.start()
+        wait_until(lambda: len(daemon.view.values) == 3, 15, "the daemon's first metadata reads")
+        time.sleep(0.5)  # let the job write a few steps: the point is a checkpoint off its interval
+
+        say("4. maintenance is announced: maintenance-event = TERMINATE_ON_HOST_MAINTENANCE")
+        fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+        wait_until(lambda: daemon.lifecycle.state.value in ("drained", "timed_out"), 60, "the drain")
+        code = trainer.wait(timeout=10)
+
+        say("5. the checkpoint the job saved on SIGTERM")
+        saved = sorted(checkpoints.glob("checkpoint-*.json"))
+        for path in saved:
+            sys.stdout.write(f"{path.name}: {path.read_text().strip()}\n")
+        on_sigterm = [p for p in saved if '"SIGTERM"' in p.read_text()]
+
+        say("6. tpu-watchdog status")
+        sys.stdout.write(render(daemon.view.status()))
+
+        say(f"7. metrics (http://{http.address}/metrics)")
+        with urllib.request.urlopen(f"http://{http.address}/metrics", timeout=5) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith(METRICS_SHOWN) and not line.endswith(" 0.0"):
+                    sys.stdout.write(line + "\n")
+
+        say("8. maintenance is over: maintenance-event = NONE")
+        fake.set(MAINTENANCE, "NONE")
+        wait_until(lambda: daemon.lifecycle.state.value == "idle", 30, "the daemon to go idle")
+        sys.stdout.write("the daemon is idle again and ready for the next event\n")
+        stop.set()
+        runner.join(timeout=5)
+        http.stop()
+        transport.close()
+        fake.stop()
+        ok = code == 0 and bool(on_sigterm)
+        say(
+            f"{'done' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s: the job exited {code} with "
+            f"{'a checkpoint saved on SIGTERM' if on_sigterm else 'NO checkpoint saved on SIGTERM'}"
+        )
+        return 0 if ok else 1
+    finally:
+        stop.set()
+        if trainer is not None and trainer.poll() is None:
+            trainer.kill()
+            trainer.wait(timeout=10)
+        if args.keep:
+            sys.stdout.write(f"kept {tmp}\n")
+        else:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,132 @@
+"""`tpu-watchdog drill`: rehearse a maintenance event on this host, without the metadata server.
+
+It does for real what the daemon would do (SIGTERM the TPU holders, wait for them or the grace, then the
+on_timeout action), shows a countdown, and ends with a verdict per process: would the job have kept its
+progress? Ctrl-C cancels the drill (nothing is SIGKILLed). `--dry-run` decides everything, sends nothing.
+
+Exit status: 0 every holder exited in time on its own (or released the device); 1 at least one would have
+lost its checkpoint (needed SIGKILL, died of SIGTERM's default action, or is still running); 3 nothing holds
+a TPU device; 78 a bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+from watchdog.cli import EXIT_CONFIG
+from watchdog.config import ConfigError, add_config_arguments, load_config
+from watchdog.drain_record import DrainRecord, End, ProcessRecord
+
+EXIT_LOST = 1
+EXIT_NO_HOLDERS = 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)  # --grace is the rehearsed grace (the maintenance grace, 300 s by default)
+
+
+def verdict(proc: ProcessRecord, started: float, dry_run: bool) -> tuple[bool, str]:
+    """(kept its progress?, the sentence an SRE reads) for one process of the drain record."""
+    who = f"pid {proc.identity.pid} ({proc.name})"
+    took = f"{proc.ended_at - started:.1f} s" if proc.ended_at is not None else "?"
+    status = proc.exit_status
+    if dry_run:
+        return True, f"{who}: would be sent SIGTERM (dry run: nothing was sent, nothing learned)"
+    if proc.killed:
+        return False, f"{who}: NEEDED SIGKILL: still holding the TPU at the deadline; its progress is lost"
+    if proc.end is End.EXITED and status is not None and status.signal == signal.SIGTERM:
+        return False, (
+            f"{who}: DID NOT HANDLE SIGTERM: died of its default action after {took}, so it saved no "
+            "checkpoint (a JAX job needs jax.distributed.initialize() for its preemption handler)"
+        )
+    if proc.end is End.EXITED:
+        how = f", {status}" if status is not None and status.known else ""
+        return True, f"{who}: exited in time, after {took}{how}"
+    if proc.end is End.RELEASED:
+        return True, f"{who}: released the TPU after {took} and kept running"
+    if proc.end in (End.GONE, End.IDENTITY_CHANGED):
+        return True, f"{who}: gone before it was signalled"
+    return False, f"{who}: STILL RUNNING after the grace (on_timeout = leave)"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args, os.environ)
+    except ConfigError as error:
+        sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
+        return EXIT_CONFIG
+    from watchdog.drain import drain
+    from watchdog.holders import Excludes, HolderScanner
+
+    out = sys.stdout
+    scanner = HolderScanner(
+        patterns=config.devices,
+        extra_paths=config.extra_paths,
+        excludes=Excludes(
+            pids=frozenset(config.exclude_pids),
+            names=frozenset(config.exclude_names),
+            uids=frozenset(config.exclude_uids),
+        ),
+    )
+    holders = scanner.scan().holders
+    if not holders:
+        out.write(f"nothing holds a TPU device ({' '.join(config.devices)}): nothing to rehearse\n")
+        return EXIT_NO_HOLDERS
+    grace = config.maintenance_grace
+    out.write(
+        f"drill: {'[dry run] ' if config.dry_run else ''}SIGTERM to {len(holders)} process(es) now, "
+        f"then up to {grace:.0f} s for them to exit, then {config.on_timeout}. Ctrl-C cancels (no SIGKILL).\n"
+    )
+    for h in holders:
+        out.write(f"  pid {h.pid:<8} {h.name:<16} {' '.join(h.devices)}  {' '.join(h.cmdline)[:60]}\n")
+    out.flush()
+
+    cancel = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    latest: list[DrainRecord] = []  # the last published copy only (one is published every 0.1 s)
+    finished = threading.Event()
+    started = time.monotonic()
+
+    def countdown() -> None:
+        tty = sys.stderr.isatty()
+        while not finished.wait(1.0 if tty else 10.0):
+            record = latest[0] if latest else None
+            pending = len(record.pending()) if record else len(holders)
+            elapsed = time.monotonic() - started
+            left = max(0.0, grace - elapsed)
+            line = f"  +{elapsed:5.0f} s: {pending} still running, {left:.0f} s to the deadline"
+            sys.stderr.write(("\r" + line) if tty else (line + "\n"))
+            sys.stderr.flush()
+        if tty:
+            sys.stderr.write("\n")
+
+    def publish(record: DrainRecord) -> None:
+        latest[:] = [record]
+
+    ticker = threading.Thread(target=countdown, name="countdown", daemon=True)
+    ticker.start()
+    record = drain(
+        holders,
+        scanner=scanner,
+        grace=grace,
+        on_timeout="kill" if config.on_timeout == "kill" else "leave",
+        dry_run=config.dry_run,
+        cancel=cancel,
+        on_update=publish,
+    )
+    finished.set()
+    ticker.join(timeout=2)
+    out.write(f"\n{record.one_line()}\n")
+    kept_all = True
+    for proc in record.processes.values():
+        kept, sentence = verdict(proc, record.started, record.dry_run)
+        kept_all = kept_all and kept
+        out.write(f"  {'ok  ' if kept else 'LOST'} {sentence}\n")
+    if record.outcome is not None and record.outcome.value == "cancelled":
+        out.write("the drill was cancelled: nothing was SIGKILLed\n")
+    return 0 if kept_all else EXIT_LOST

@@ -1,0 +1,121 @@
+"""`tpu-watchdog holders`: list the processes holding the TPU device files, like `lsof /dev/accel*`.
+
+Exit 0 when something holds a device, 1 when nothing does (so scripts can test it), 2 on a usage error.
+Start-up is kept light on purpose (it runs in shells and probes): only the scanner and the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import sys
+from collections.abc import Sequence
+
+from watchdog.holders import DEFAULT_PATTERNS, HolderScanner, ScanResult
+from watchdog.process import Holder
+
+EXIT_HOLDERS = 0
+EXIT_NO_HOLDERS = 1
+EXIT_USAGE = 2
+COLUMNS = ("COMMAND", "PID", "USER", "FD-DEVICES", "CGROUP")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        action="append",
+        metavar="GLOB",
+        dest="devices",
+        help=f"device path pattern, repeatable (default: {' '.join(DEFAULT_PATTERNS)})",
+    )
+    parser.add_argument(
+        "--extra-path",
+        action="append",
+        metavar="PATH",
+        dest="extra_paths",
+        default=[],
+        help="another file whose holders count, repeatable (e.g. /tmp/libtpu_lockfile)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list of holders instead of a table")
+    parser.add_argument(
+        "--proc-root", default="/proc", metavar="DIR", help="the proc tree to read (default /proc)"
+    )
+
+
+def user_name(uid: int, cache: dict[int, str]) -> str:
+    """The login name of `uid`, or the number itself when the password database has no entry."""
+    if uid not in cache:
+        try:
+            cache[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            cache[uid] = str(uid)
+    return cache[uid]
+
+
+def as_json(holders: Sequence[Holder]) -> str:
+    import json  # only --json pays for it
+
+    return json.dumps(
+        [
+            {
+                "pid": h.pid,
+                "start_time": h.identity.start_time,
+                "name": h.name,
+                "cmdline": list(h.cmdline),
+                "uid": h.uid,
+                "ppid": h.ppid,
+                "devices": list(h.devices),
+                "cgroup": h.cgroup,
+            }
+            for h in holders
+        ],
+        indent=2,
+    )
+
+
+def as_table(holders: Sequence[Holder]) -> str:
+    names: dict[int, str] = {}
+    rows = [COLUMNS] + [
+        (h.name, str(h.pid), user_name(h.uid, names), ",".join(h.devices), h.cgroup or "-") for h in holders
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
+    lines = []
+    for row in rows:
+        padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  ".join([*padded, row[-1]]))
+    return "\n".join(lines)
+
+
+def _summary(result: ScanResult, patterns: Sequence[str]) -> str:
+    if not result.devices:
+        return f"no device file matches {' '.join(patterns)}"
+    skipped = []
+    if result.unreadable:
+        skipped.append(f"{result.unreadable} unreadable (run as root to see them)")
+    if result.vanished:
+        skipped.append(f"{result.vanished} exited while scanned")
+    tail = f"; {', '.join(skipped)}" if skipped else ""
+    return f"no process holds {' '.join(result.devices)} ({result.scanned} processes scanned{tail})"
+
+
+def run(args: argparse.Namespace) -> int:
+    patterns: list[str] = args.devices or list(DEFAULT_PATTERNS)
+    if any(not p for p in [*patterns, *args.extra_paths]):
+        sys.stderr.write("tpu-watchdog holders: error: --device and --extra-path need a non-empty value\n")
+        return EXIT_USAGE
+    if not os.path.isdir(args.proc_root):
+        sys.stderr.write(f"tpu-watchdog holders: error: --proc-root {args.proc_root}: not a directory\n")
+        return EXIT_USAGE
+    scanner = HolderScanner(patterns=patterns, extra_paths=args.extra_paths, proc_root=args.proc_root)
+    result = scanner.scan()
+    if args.json:
+        sys.stdout.write(as_json(result.holders) + "\n")
+    elif result.holders:
+        sys.stdout.write(as_table(result.holders) + "\n")
+    if not result.holders:
+        sys.stderr.write(_summary(result, patterns) + "\n")
+        return EXIT_NO_HOLDERS
+    if result.unreadable:
+        sys.stderr.write(f"note: {result.unreadable} processes could not be read (run as root to see them)\n")
+    return EXIT_HOLDERS

@@ -1,0 +1,106 @@
+"""`tpu-watchdog run`: the daemon. Builds the real edges from the configuration and runs the loop.
+
+Exit statuses: 0 after a clean stop (SIGTERM/SIGINT), 78 (EX_CONFIG) for a bad configuration, so systemd's
+RestartPreventExitStatus does not loop on it, 73 (EX_CANTCREAT) when the state directory is unusable, and
+1 when the HTTP listener cannot bind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+from watchdog.cli import EXIT_CONFIG
+from watchdog.config import ConfigError, add_config_arguments, environment_help, load_config
+
+EXIT_CANTCREAT = 73
+
+log = logging.getLogger("tpu-watchdog")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = environment_help()
+    parser.add_argument(
+        "--metadata-timeout-sec", type=int, default=60, help=argparse.SUPPRESS
+    )  # hanging-GET timeout_sec; the real server's habit is 60 (tests and the demo shorten it)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args, os.environ)
+    except ConfigError as error:
+        sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
+        return EXIT_CONFIG
+
+    from watchdog.logs import setup_logging
+
+    setup_logging(config.log_level)
+    # Heavy imports after the configuration is known good: a typo costs no start-up time.
+    from watchdog.daemon import Daemon
+    from watchdog.holders import Excludes, HolderScanner
+    from watchdog.hooks import HookRunner
+    from watchdog.httpapi import HttpSurface
+    from watchdog.metadata.errors import ErrorKind
+    from watchdog.metadata.transport import MetadataTransport, read_host_info, resolve_metadata_host
+    from watchdog.metadata.watch import MetadataWatcher, WatchEvent
+    from watchdog.metrics import Metrics
+    from watchdog.notify import Notifier
+    from watchdog.statefile import StateDirError, StateStore
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())  # handlers only set the event; the loop does the rest
+
+    try:
+        store = StateStore(config.state_dir)
+    except StateDirError as error:
+        log.error("%s", error)
+        return EXIT_CANTCREAT
+    host = resolve_metadata_host(config.metadata_host, os.environ)
+    transport = MetadataTransport(host)
+    metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
+    scanner = HolderScanner(
+        patterns=config.devices,
+        extra_paths=config.extra_paths,
+        excludes=Excludes(
+            pids=frozenset(config.exclude_pids),
+            names=frozenset(config.exclude_names),
+            uids=frozenset(config.exclude_uids),
+        ),
+    )
+
+    def watcher_factory(emit: Callable[[WatchEvent], None]) -> MetadataWatcher:
+        return MetadataWatcher(transport, emit, stop, timeout_sec=args.metadata_timeout_sec)
+
+    daemon = Daemon(
+        config,
+        stop=stop,
+        watcher_factory=watcher_factory,
+        scanner=scanner,
+        store=store,
+        hooks=HookRunner.from_config(config),
+        notifier=Notifier(),
+        metrics=metrics,
+        host_info=lambda: read_host_info(transport),
+    )
+    try:
+        http = HttpSurface(str(config.listen), daemon.view)
+    except OSError as error:
+        log.error(
+            "cannot listen on %s: %s (set --listen or listen = in the config file)", config.listen, error
+        )
+        return 1
+    http.start()
+    log.info("metadata server %s; HTTP on http://%s (/metrics /healthz /readyz /status)", host, http.address)
+    try:
+        return daemon.run()
+    finally:
+        http.stop()
+        transport.close()

@@ -1,0 +1,345 @@
+"""The daemon: the metadata watches feed one event loop; the loop owns the lifecycle and starts drains.
+
+Threads: one per watched key (hanging GETs), one for a running drain, the HTTP listener, hook runners. Only
+the loop thread changes the lifecycle; the others talk to it through `self.inbox`. One `stop` event ends
+everything: the loop saves the state and returns within about a second, a drain in progress returns
+"interrupted" and is resumed, with the same deadline, by the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from watchdog.clock import Clock, SystemClock
+from watchdog.config import Config
+from watchdog.daemon_view import StatusView, from_records, to_records
+from watchdog.drain import drain
+from watchdog.drain_record import DrainRecord, Outcome, SignalResult
+from watchdog.holders import HolderScanner
+from watchdog.hooks import HookContext, HookRunner
+from watchdog.lifecycle import (
+    Action,
+    CancelDrain,
+    EventCleared,
+    EventStarted,
+    MoveDeadline,
+    StartDrain,
+)
+from watchdog.logs import fields
+from watchdog.metadata.values import MaintenanceEvent, MaintenanceKind, Preempted, UpcomingMaintenance
+from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
+from watchdog.metrics import Metrics
+from watchdog.notify import Notifier
+from watchdog.policy import Policy, source_of, trigger, upcoming_drain_due
+from watchdog.process import ProcessIdentity
+from watchdog.statefile import StateStore
+
+log = logging.getLogger("tpu-watchdog")
+
+LOOP_TICK = 0.5  # the loop wakes at least this often: stop, time-based policy, watchdog pings
+HOLDER_REFRESH = 15.0  # seconds between idle scans for the device-holders gauge
+READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
+
+
+@dataclass(frozen=True)
+class DrainDone:
+    record: DrainRecord
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        stop: threading.Event,
+        watcher_factory: Callable[[Callable[[WatchEvent], None]], MetadataWatcher],
+        scanner: HolderScanner,
+        store: StateStore,
+        hooks: HookRunner,
+        notifier: Notifier,
+        metrics: Metrics,
+        clock: Clock | None = None,
+        host_info: Callable[[], dict[str, str]] | None = None,
+    ) -> None:
+        self.config = config
+        self.stop = stop
+        self.clock = clock or SystemClock()
+        self.policy = Policy.from_config(config)
+        self.scanner = scanner
+        self.store = store
+        self.hooks = hooks
+        self.notifier = notifier
+        self.metrics = metrics
+        self.inbox: queue.Queue[WatchEvent | DrainDone] = queue.Queue()
+        self.watcher = watcher_factory(self.inbox.put)
+        self.lifecycle = from_records(store.state)
+        self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
+        self._host_info = host_info
+        self._cancel = threading.Event()
+        self._drain_thread: threading.Thread | None = None
+        self._deadline_mono = 0.0
+        self._answered: set[str] = set()
+        self._ready_sent = False
+        self._next_ping = 0.0
+        self._next_scan = 0.0
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        started = self.clock.monotonic()
+        self._resume()
+        self.watcher.start()
+        if self._host_info is not None:
+            threading.Thread(target=self._read_host_info, name="host-info", daemon=True).start()
+        log.info(
+            "tpu-watchdog started: state %s, devices %s%s",
+            self.lifecycle.state.value,
+            " ".join(self.config.devices),
+            " (dry run: no signal will be sent)" if self.config.dry_run else "",
+            extra=fields("daemon_started", state=self.lifecycle.state.value),
+        )
+        while not self.stop.is_set():
+            self.view.loop_ticked()
+            try:
+                message = self.inbox.get(timeout=LOOP_TICK)
+            except queue.Empty:
+                message = None
+            if message is not None:
+                self._handle(message)
+            now = self.clock.monotonic()
+            if not self._ready_sent and (
+                len(self._answered) >= len(self.watcher.watches) or now - started >= READY_WITHIN
+            ):
+                self._ready_sent = True
+                self.notifier.ready(self.view.summary())
+            self._timers(now)
+        self._shutdown()
+        return 0
+
+    def _handle(self, message: WatchEvent | DrainDone) -> None:
+        if isinstance(message, DrainDone):
+            self._drain_done(message.record)
+            return
+        self._answered.add(message.key)
+        self.view.heard(message)
+        if isinstance(message, ValueChanged):
+            self._value_changed(message)
+        elif isinstance(message, WatchFailed):
+            kind = message.error.kind.value
+            self.metrics.metadata_errors.labels(source_of(message.key), kind).inc()
+            log.warning(
+                "metadata %s: %s (retrying; this is never taken as a value)",
+                message.key,
+                message.error,
+                extra=fields("metadata_error", endpoint=source_of(message.key), kind=kind),
+            )
+        elif isinstance(message, KeyUnsupported):
+            log.warning("metadata %s is not supported on this machine (404): no longer watched", message.key)
+
+    def _value_changed(self, message: ValueChanged) -> None:
+        value = message.value
+        source = source_of(message.key)
+        if isinstance(value, MaintenanceEvent):
+            self.metrics.set_maintenance_event(value.raw)
+            if value.kind is MaintenanceKind.UNKNOWN:
+                log.warning(
+                    "maintenance-event has a value this version does not know: %r; policy: %s",
+                    value.raw,
+                    self.policy.unknown_event_action,
+                )
+        elif isinstance(value, Preempted):
+            self.metrics.preempted.set(1 if value.preempted else 0)
+        elif isinstance(value, UpcomingMaintenance):
+            notice = value.notice
+            start = notice.window_start.timestamp() if notice and notice.window_start else None
+            end = notice.window_end.timestamp() if notice and notice.window_end else None
+            self.metrics.set_window(start, end)
+        self.view.values[source] = value
+        self._apply(
+            self.lifecycle.observe(source, trigger(value, self.policy, self.clock.wall()), self._wall())
+        )
+
+    def _timers(self, now: float) -> None:
+        interval = self.notifier.watchdog_interval
+        if interval is not None and now >= self._next_ping:
+            self.notifier.watchdog()
+            self._next_ping = now + interval
+        upcoming = self.view.values.get("upcoming-maintenance")
+        if isinstance(upcoming, UpcomingMaintenance):
+            due = upcoming_drain_due(upcoming, self.policy)
+            if due is not None and self.clock.wall() >= due:
+                verdict = trigger(upcoming, self.policy, self.clock.wall())
+                self._apply(self.lifecycle.observe("upcoming-maintenance", verdict, self._wall()))
+        if self._drain_thread is None and now >= self._next_scan:
+            self._next_scan = now + HOLDER_REFRESH
+            self.view.holders = list(self.scanner.scan().holders)
+            self.metrics.device_holders.set(len(self.view.holders))
+
+    # -- actions of the lifecycle --------------------------------------------------------------------
+
+    def _apply(self, actions: list[Action]) -> None:
+        if not actions:
+            return
+        for action in actions:
+            if isinstance(action, EventStarted):
+                event = action.event
+                log.warning(
+                    "event started: %s = %s (id %s)", event.source, event.value, event.event_id,
+                    extra=fields("event_started", event=event.source, value=event.value),
+                )  # fmt: skip
+                self._hook("on_event_start", event.source, event.value, event.event_id)
+            elif isinstance(action, StartDrain):
+                self._start_drain(action.event.source, action.deadline, resume=False)
+            elif isinstance(action, MoveDeadline):
+                self._deadline_mono = self._to_mono(action.deadline)
+                self.metrics.set_deadline(action.deadline)
+                log.warning("%s moves the drain deadline earlier", action.because.source)
+            elif isinstance(action, CancelDrain):
+                log.warning("cancelling the drain: %s (nothing will be SIGKILLed)", action.reason)
+                self._cancel.set()
+            elif isinstance(action, EventCleared):
+                event = action.event
+                log.info(
+                    "event cleared: %s is back to normal (id %s)", event.source, event.event_id,
+                    extra=fields("event_cleared", event=event.source),
+                )  # fmt: skip
+                self._hook("on_event_clear", event.source, event.value, event.event_id)
+        self._changed()
+
+    def _changed(self) -> None:
+        """Persist, then show: the state file first, so a crash right now loses nothing."""
+        self.store.save_lifecycle(*to_records(self.lifecycle, self.config))
+        state = self.lifecycle.state.value
+        self.metrics.set_state(state)
+        if self.lifecycle.drain is None:
+            self.metrics.set_deadline(None)
+        self.notifier.status(self.view.summary())
+
+    def _resume(self) -> None:
+        """A drain the previous run did not finish goes on, with its deadline and its signals."""
+        self._changed()
+        episode = self.lifecycle.drain
+        if episode is None:
+            return
+        log.warning(
+            "resuming the drain started at %.0f: deadline unchanged (%.0f s left)",
+            episode.started,
+            episode.deadline - self._wall(),
+            extra=fields("state_recovered", state="draining"),
+        )
+        self._start_drain("resumed", episode.deadline, resume=True)
+
+    def _start_drain(self, source: str, deadline: float, resume: bool) -> None:
+        self._cancel.clear()
+        self._deadline_mono = self._to_mono(deadline)
+        self.metrics.set_deadline(deadline)
+        already: dict[ProcessIdentity, set[int]] = {}
+        if resume:
+            for record in self.store.state.signals:
+                already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
+        holders = self.scanner.scan().holders
+        log.warning(
+            "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
+            len(holders), source, deadline - self._wall(), self.config.on_timeout,
+            extra=fields("drain_started", event=source, state="draining"),
+        )  # fmt: skip
+
+        def run() -> None:
+            record = drain(
+                holders,
+                scanner=self.scanner,
+                deadline=self._deadline_mono,
+                deadline_source=lambda: self._deadline_mono,
+                on_timeout="kill" if self.config.on_timeout == "kill" else "leave",
+                dry_run=self.config.dry_run,
+                cancel=self._cancel,
+                stop=self.stop,
+                already_signalled=already,
+                on_intent=self._intent,
+                on_sent=self._sent,
+                on_update=self.view.drain_update,
+                clock=self.clock,
+            )
+            self.inbox.put(DrainDone(record))
+
+        self._drain_thread = threading.Thread(target=run, name="drain", daemon=True)
+        self._drain_thread.start()
+
+    def _intent(self, identity: ProcessIdentity, signum: int) -> None:
+        name = self.view.name_of(identity)
+        self.store.record_intent(identity, signum, name=name)
+
+    def _sent(self, identity: ProcessIdentity, signum: int, result: SignalResult) -> None:
+        self.store.record_sent(identity, signum, result.value)
+        name = signal.Signals(signum).name
+        if result is SignalResult.SENT:
+            self.metrics.signals_sent.labels(name).inc()
+        process = self.view.name_of(identity)
+        log.warning(
+            "%s%s to pid %d (%s, start time %d): %s",
+            "[dry run] " if self.config.dry_run else "", name, identity.pid, process, identity.start_time,
+            result.value,
+            extra=fields("signal_sent", pid=identity.pid, process=process, signal=name, result=result.value),
+        )  # fmt: skip
+
+    def _drain_done(self, record: DrainRecord) -> None:
+        self._drain_thread = None
+        self._next_scan = 0.0  # refresh the holders gauge now, not in HOLDER_REFRESH s
+        self.view.last_record = record
+        outcome = record.outcome or Outcome.INTERRUPTED
+        if outcome is Outcome.INTERRUPTED:
+            return  # the daemon is stopping: the state file keeps the drain for the next start
+        self.lifecycle.drain_finished(outcome.value)
+        self.metrics.drains.labels(outcome.value).inc()
+        if record.ended is not None:
+            self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
+        log.warning(
+            "%s", record.one_line(),
+            extra=fields("drain_finished", outcome=outcome.value, state=self.lifecycle.state.value),
+        )  # fmt: skip
+        for proc in record.processes.values():
+            log.info("  %s", proc.describe(record.started, record.dry_run))
+        event = next(iter(self.lifecycle.events.values()), None)
+        self._hook(
+            "on_drain_end", event.source if event else "", event.value if event else "",
+            event.event_id if event else "", outcome.value,
+        )  # fmt: skip
+        self._changed()
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _hook(self, name: str, source: str, value: str, event_id: str, outcome: str = "") -> None:
+        deadline = self.lifecycle.drain.deadline if self.lifecycle.drain else None
+        context = HookContext(source, value, event_id, outcome, deadline, self.config.dry_run)
+        self.hooks.run_hook(name, context)
+
+    def _wall(self) -> float:
+        return self.clock.wall()
+
+    def _to_mono(self, wall_deadline: float) -> float:
+        return self.clock.monotonic() + (wall_deadline - self.clock.wall())
+
+    def _read_host_info(self) -> None:
+        assert self._host_info is not None  # noqa: S101 - only started when given
+        while not self.stop.is_set():
+            info = self._host_info()
+            if info.get("instance_id"):
+                self.metrics.set_host_info(info)
+                self.view.host = info
+                return
+            self.stop.wait(60)
+
+    def _shutdown(self) -> None:
+        self.notifier.stopping(
+            "stopping: state saved" + (", drain resumes on start" if self._drain_thread else "")
+        )
+        if self._drain_thread is not None:
+            self._drain_thread.join(timeout=1.5)
+        self.watcher.join(timeout=1.0)
+        self.hooks.close(0.5)
+        log.info("tpu-watchdog stopped (state %s)", self.lifecycle.state.value)

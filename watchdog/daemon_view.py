@@ -1,0 +1,161 @@
+"""What the daemon shows: /status, /healthz, /readyz, systemd's STATUS line; and its state as file records.
+
+The loop thread writes the daemon's facts here; HTTP threads read them. Each field is replaced whole (never
+mutated in place), so a reader sees either the old or the new value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from watchdog import __version__
+from watchdog.clock import Clock
+from watchdog.config import Config
+from watchdog.drain_record import DrainRecord
+from watchdog.lifecycle import Episode, Event, Lifecycle
+from watchdog.metadata.values import WatchedValue
+from watchdog.metadata.watch import MetadataWatcher, WatchEvent, WatchFailed, WatchMode
+from watchdog.process import Holder, ProcessIdentity
+from watchdog.state_records import DrainState, EventRecord, State
+
+LOOP_SILENT_AFTER = 30.0  # /healthz fails when the loop has not ticked for this long
+WATCH_SILENT_AFTER = 180.0  # ... or a watch has had neither an answer nor a classified error this long
+
+
+def to_records(life: Lifecycle, config: Config) -> tuple[list[EventRecord], DrainState | None, str | None]:
+    events = [
+        EventRecord(e.source, e.value, e.event_id, e.first_seen, e.drained) for e in life.events.values()
+    ]
+    drain = None
+    if life.drain is not None:
+        d = life.drain
+        drain = DrainState("draining", d.started, d.deadline, d.deadline - d.started, config.on_timeout)
+        drain = dataclasses.replace(drain, event_ids=tuple(d.event_ids))
+    return events, drain, life.last_outcome
+
+
+def from_records(state: State) -> Lifecycle:
+    life = Lifecycle()
+    for e in state.events:
+        life.events[e.source] = Event(e.event_id, e.source, e.value, e.first_seen, e.drained)
+    if state.drain is not None:
+        d = state.drain
+        life.drain = Episode(list(d.event_ids), d.started_at, d.deadline_at)
+    life.last_outcome = state.last_outcome
+    return life
+
+
+class StatusView:
+    """Implements the HTTP `Surface`: status, health and readiness from the daemon's current facts."""
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock,
+        watcher: MetadataWatcher,
+        lifecycle: Lifecycle,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.watcher = watcher
+        self.lifecycle = lifecycle
+        self.registry = registry
+        self.values: dict[str, WatchedValue] = {}
+        self.holders: list[Holder] = []
+        self.record: DrainRecord | None = None  # the drain in progress, as last published
+        self.last_record: DrainRecord | None = None
+        self.host: dict[str, str] = {}
+        self._last_tick = clock.monotonic()
+        self._last_failure: dict[str, float] = {}
+
+    def loop_ticked(self) -> None:
+        self._last_tick = self.clock.monotonic()
+
+    def heard(self, event: WatchEvent) -> None:
+        if isinstance(event, WatchFailed):
+            self._last_failure = {**self._last_failure, event.key: event.at}
+
+    def drain_update(self, record: DrainRecord) -> None:
+        self.record = record
+
+    def name_of(self, identity: ProcessIdentity) -> str:
+        record = self.record
+        if record is not None and identity in record.processes:
+            return record.processes[identity].name
+        return next((h.name for h in self.holders if h.identity == identity), "")
+
+    def summary(self) -> str:
+        life = self.lifecycle
+        state = life.state.value
+        events = ", ".join(f"{e.source}={e.value}" for e in life.events.values())
+        if life.drain is not None:
+            left = max(0.0, life.drain.deadline - self.clock.wall())
+            dry = " (dry run)" if self.config.dry_run else ""
+            return f"{state}: {events}; {left:.0f} s to the deadline{dry}"
+        return f"{state}: {events}" if events else f"{state}: watching the metadata server"
+
+    def health(self) -> tuple[bool, str]:
+        silent = self.clock.monotonic() - self._last_tick
+        if silent > LOOP_SILENT_AFTER:
+            return False, f"unhealthy: the main loop has not ticked for {silent:.0f} s"
+        now = self.clock.wall()
+        for status in self.watcher.statuses():
+            if status.mode in (WatchMode.UNSUPPORTED, WatchMode.STOPPED):
+                continue
+            heard = max(status.last_success or 0.0, self._last_failure.get(status.key, 0.0))
+            if heard and now - heard > WATCH_SILENT_AFTER:
+                return False, f"unhealthy: no answer nor error from {status.key} for {now - heard:.0f} s"
+        return True, "ok"
+
+    def readiness(self) -> tuple[bool, str]:
+        events = self.lifecycle.events
+        if events:
+            what = ", ".join(f"{e.source}={e.value}" for e in events.values())
+            return False, f"not ready: {self.lifecycle.state.value} for {what}: take no new work"
+        return True, "ready"
+
+    def status(self) -> dict[str, Any]:
+        life = self.lifecycle
+        now = self.clock.wall()
+        record = self.record if life.drain is not None else None
+        return {
+            "version": __version__,
+            "state": life.state.value,
+            "dry_run": self.config.dry_run,
+            "events": [dataclasses.asdict(e) for e in life.events.values()],
+            "drain": None
+            if life.drain is None
+            else {
+                "started": life.drain.started,
+                "deadline": life.drain.deadline,
+                "time_left": max(0.0, life.drain.deadline - now),
+                "on_timeout": self.config.on_timeout,
+                "record": record.to_dict() if record else None,
+            },
+            "last_drain": self.last_record.to_dict() if self.last_record else None,
+            "last_outcome": life.last_outcome,
+            "holders": [
+                {
+                    "pid": h.pid,
+                    "start_time": h.identity.start_time,
+                    "name": h.name,
+                    "devices": list(h.devices),
+                }
+                for h in self.holders
+            ],
+            "metadata": {
+                s.key: {
+                    "mode": s.mode.value,
+                    "value": s.value.describe() if s.value is not None else None,
+                    "last_success": s.last_success,
+                    "last_error": s.last_error.value if s.last_error else None,
+                }
+                for s in self.watcher.statuses()
+            },
+            "host": self.host,
+            "now": now,
+        }
