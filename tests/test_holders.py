@@ -431,3 +431,14 @@ def test_same_path_in_another_mount_namespace_is_not_taken_from_the_cache(
         for stream in (contained.stdin, contained.stdout, contained.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_real_zombie_is_counted_not_reported(node_dir: Path) -> None:
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_for(lambda: stat_fields(zombie.pid)[0] == "Z", timeout=30, what="the child to become a zombie")
+        result = HolderScanner(patterns=(f"{node_dir}/accel*",)).scan()
+        assert result.zombies >= 1
+        assert zombie.pid not in {h.pid for h in result.holders}
+    finally:
+        zombie.wait()

@@ -9,6 +9,7 @@ everything: the loop saves the state and returns within about a second, a drain 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import signal
 import threading
@@ -65,6 +66,7 @@ class Daemon:
         metrics: Metrics,
         clock: Clock | None = None,
         host_info: Callable[[], dict[str, str]] | None = None,
+        wedge_file: str | None = None,
     ) -> None:
         self.config = config
         self.stop = stop
@@ -80,6 +82,7 @@ class Daemon:
         self.lifecycle = from_records(store.state)
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
         self._host_info = host_info
+        self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self._cancel = threading.Event()
         self._drain_thread: threading.Thread | None = None
         self._deadline_mono = 0.0
@@ -118,6 +121,7 @@ class Daemon:
                 self._ready_sent = True
                 self.notifier.ready(self.view.summary())
             self._timers(now)
+            self._wedge_if_asked()
         self._shutdown()
         return 0
 
@@ -333,6 +337,13 @@ class Daemon:
                 self.view.host = info
                 return
             self.stop.wait(60)
+
+    def _wedge_if_asked(self) -> None:
+        """Test-only: once `wedge_file` exists, the loop stops ticking (no WATCHDOG=1 pings) until stopped,
+        so a test can show systemd's watchdog restarting a wedged daemon. Never set in production."""
+        if self._wedge_file and os.path.exists(self._wedge_file):
+            log.error("test fault: %s exists, wedging the main loop", self._wedge_file)
+            self.stop.wait()
 
     def _shutdown(self) -> None:
         self.notifier.stopping(

@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metadata-timeout-sec", type=int, default=60, help=argparse.SUPPRESS
     )  # hanging-GET timeout_sec; the real server's habit is 60 (tests and the demo shorten it)
+    parser.add_argument("--test-wedge-file", help=argparse.SUPPRESS)  # test-only fault switch (daemon.py)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         notifier=Notifier(),
         metrics=metrics,
         host_info=lambda: read_host_info(transport),
+        wedge_file=args.test_wedge_file,
     )
     try:
         http = HttpSurface(str(config.listen), daemon.view)

@@ -1,0 +1,121 @@
+"""`tpu-watchdog run` as systemd runs it: a real process, the notify protocol on a real datagram socket
+(READY, WATCHDOG pacing, STATUS on a state change, STOPPING), a real drain, a clean and fast stop; and a bad
+configuration refused with exit 78.
+
+The daemon runs in a private PID namespace with its one holder, so it can never signal anything else here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+DRIVER = r"""
+import json, os, signal, socket, subprocess, sys, time, urllib.request
+from pathlib import Path
+from tests.workloads import Child, make_device
+from watchdog.fake.server import FakeMetadataServer
+
+tmp = Path(sys.argv[1])
+device = make_device(tmp)
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+sock.bind(str(tmp / "notify"))
+sock.settimeout(30)
+messages = []
+
+def until(text):
+    while True:
+        message = sock.recv(4096).decode()
+        messages.append([time.monotonic(), message])
+        if text in message:
+            return message
+
+report = {}
+with FakeMetadataServer(listen="127.0.0.1:0") as fake:
+    with socket.socket() as probe:  # after the fake has its port, so the two cannot collide
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    child = Child("handled", device)
+    child.wait_ready()
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp / "notify"), WATCHDOG_USEC="4000000")
+    with open(tmp / "daemon.log", "w") as log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "watchdog", "run", "--config", str(tmp / "empty.toml"),
+             "--metadata-host", fake.address, "--device", str(device), "--state-dir", str(tmp / "state"),
+             "--listen", f"127.0.0.1:{port}", "--metadata-timeout-sec", "2"],
+            env=env, stderr=log,
+        )
+        report["ready"] = until("READY=1")
+        until("WATCHDOG=1")
+        fake.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+        report["drained_status"] = until("STATUS=drained")
+        report["child_exit"] = child.popen.wait(timeout=10)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as answer:
+            report["status"] = json.loads(answer.read())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            report["metrics"] = answer.read().decode()
+        asked = time.monotonic()
+        daemon.send_signal(signal.SIGTERM)
+        report["stopping"] = until("STOPPING=1")
+        report["daemon_exit"] = daemon.wait(timeout=10)
+        report["stop_seconds"] = time.monotonic() - asked
+    child.close()
+pings = [t for t, m in messages if m == "WATCHDOG=1"]
+report["pings"] = len(pings)
+report["max_ping_gap"] = max((b - a for a, b in zip(pings, pings[1:])), default=0.0)
+report["log"] = (tmp / "daemon.log").read_text()
+print(json.dumps(report))
+"""
+
+needs_unshare = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+
+
+@needs_unshare
+def test_the_daemon_speaks_systemd_drains_and_stops_fast(tmp_path: Path) -> None:
+    (tmp_path / "empty.toml").write_text("")
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER, str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["ready"].startswith("READY=1\nSTATUS=idle"), report["log"]
+    assert report["child_exit"] == 0
+    assert report["status"]["state"] == "drained"
+    assert report["status"]["last_drain"]["outcome"] == "exited"
+    assert 'tpu_watchdog_drains_total{outcome="exited"} 1.0' in report["metrics"]
+    assert report["daemon_exit"] == 0
+    assert report["stop_seconds"] < 2.0, report["log"]
+    # WATCHDOG_USEC=4 s: a ping every 2 s; a gap of 4 s would have had systemd kill the daemon.
+    assert report["pings"] >= 1
+    assert report["max_ping_gap"] < 4.0
+    assert "SIGTERM to pid" in report["log"]
+    assert "drain exited" in report["log"]
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ("[drain]\nmaintenance_grace = -1\n", "drain.maintenance_grace"),
+        ("[drain]\nmaintenence_grace = 300\n", "maintenance_grace"),
+        ("listen = 9478\n", "listen"),
+    ],
+)
+def test_a_bad_configuration_exits_78_naming_the_key(tmp_path: Path, config: str, named: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(config)
+    done = subprocess.run(
+        [sys.executable, "-m", "watchdog", "run", "--config", str(path), "--state-dir", str(tmp_path / "s")],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 78, done.stderr
+    assert str(path) in done.stderr
+    assert named in done.stderr
