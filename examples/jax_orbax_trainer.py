@@ -40,7 +40,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=10**9)
     parser.add_argument("--step-seconds", type=float, default=0.01, help="pace of the simulated training")
     parser.add_argument("--report", type=Path, help="write a JSON line about how the run ended here")
-    parser.add_argument("--ready", type=Path, help="touch this file once training has started")
+    parser.add_argument("--ready", type=Path, help="touch this file once 5 steps have run")
     return parser.parse_args(argv)
 
 
@@ -73,8 +73,6 @@ def main(argv: list[str]) -> int:
     def train_step(p: dict[str, jax.Array]) -> dict[str, jax.Array]:
         return {"w": p["w"] + 0.01, "b": p["b"] - 0.01}
 
-    if args.ready:
-        args.ready.touch()
     sys.stdout.write(f"training from step {step} (pid {os.getpid()})\n")
     sys.stdout.flush()
     outcome = "finished"
@@ -86,6 +84,8 @@ def main(argv: list[str]) -> int:
             manager.wait_until_finished()
             outcome = "preempted"
             break
+        if args.ready and step == 5:
+            args.ready.touch()
         time.sleep(args.step_seconds)
     manager.wait_until_finished()
     manager.close()
