@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import stat
 import subprocess
@@ -387,6 +388,8 @@ def test_same_path_in_another_mount_namespace_is_not_taken_from_the_cache(
 ) -> None:
     """The scan remembers per (mount namespace, path) whether a path is a device, so a path that is a plain
     file here but the TPU inside a container (same string, another namespace) is still stat-ed."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) from util-linux to make a private mount namespace")
     shared = tmp_path / "shared-path"
     shared.write_text("a plain file in this namespace")
     alias = tmp_path / "alias"
