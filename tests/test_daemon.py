@@ -211,6 +211,8 @@ def test_dry_run_decides_everything_and_sends_nothing(
         assert record.dry_run
         assert bystander.identity in record.processes
         assert harness.daemon.view.status()["dry_run"]
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 0  # nothing sent, nothing counted
+        assert harness.metric(SIGNALS, signal="SIGKILL") == 0
     assert bystander.alive()
     bystander.popen.kill()
     bystander.popen.wait(timeout=10)

@@ -43,7 +43,7 @@ from watchdog.statefile import StateStore
 log = logging.getLogger("tpu-watchdog")
 
 LOOP_TICK = 0.5  # the loop wakes at least this often: stop, time-based policy, watchdog pings
-HOLDER_REFRESH = 15.0  # seconds between idle scans for the device-holders gauge
+HOLDER_REFRESH = 60.0  # s between idle scans for the holders gauge; a scan walks all fds (bench_idle)
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
 
 
@@ -87,6 +87,7 @@ class Daemon:
         self._drain_thread: threading.Thread | None = None
         self._deadline_mono = 0.0
         self._answered: set[str] = set()
+        self._last_error_kind: dict[str, str] = {}
         self._ready_sent = False
         self._next_ping = 0.0
         self._next_scan = 0.0
@@ -136,7 +137,11 @@ class Daemon:
         elif isinstance(message, WatchFailed):
             kind = message.error.kind.value
             self.metrics.metadata_errors.labels(source_of(message.key), kind).inc()
-            log.warning(
+            # One warning per change of error kind per key; the repeats (every backoff) only at debug.
+            repeat = self._last_error_kind.get(message.key) == kind
+            self._last_error_kind[message.key] = kind
+            log.log(
+                logging.DEBUG if repeat else logging.WARNING,
                 "metadata %s: %s (retrying; this is never taken as a value)",
                 message.key,
                 message.error,
@@ -146,6 +151,7 @@ class Daemon:
             log.warning("metadata %s is not supported on this machine (404): no longer watched", message.key)
 
     def _value_changed(self, message: ValueChanged) -> None:
+        self._last_error_kind.pop(message.key, None)
         value = message.value
         source = source_of(message.key)
         if isinstance(value, MaintenanceEvent):
@@ -281,8 +287,8 @@ class Daemon:
     def _sent(self, identity: ProcessIdentity, signum: int, result: SignalResult) -> None:
         self.store.record_sent(identity, signum, result.value)
         name = signal.Signals(signum).name
-        if result is SignalResult.SENT:
-            self.metrics.signals_sent.labels(name).inc()
+        if result is SignalResult.SENT and not self.config.dry_run:
+            self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
         process = self.view.name_of(identity)
         log.warning(
             "%s%s to pid %d (%s, start time %d): %s",

@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         f"then up to {grace:.0f} s for them to exit, then {config.on_timeout}. Ctrl-C cancels (no SIGKILL).\n"
     )
     for h in holders:
-        out.write(f"  pid {h.pid:<8} {h.name:<16} {' '.join(h.devices)}  {' '.join(h.cmdline)[:60]}\n")
+        command = " ".join(" ".join(h.cmdline).split())[:60]  # one line, whatever the argv holds
+        out.write(f"  pid {h.pid:<8} {h.name:<16} {' '.join(h.devices)}  {command}\n")
     out.flush()
 
     cancel = threading.Event()
