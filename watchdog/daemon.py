@@ -45,6 +45,7 @@ log = logging.getLogger("tpu-watchdog")
 LOOP_TICK = 0.5  # the loop wakes at least this often: stop, time-based policy, watchdog pings
 HOLDER_REFRESH = 60.0  # s between idle scans for the holders gauge; a scan walks all fds (bench_idle)
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
+PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a stuck disk must not stop it)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class Daemon:
         self._host_info = host_info
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self._cancel = threading.Event()
+        self._persisted = threading.Event()  # set once the current drain's state is on disk
         self._drain_thread: threading.Thread | None = None
         self._deadline_mono = 0.0
         self._answered: set[str] = set()
@@ -224,6 +226,7 @@ class Daemon:
     def _changed(self) -> None:
         """Persist, then show: the state file first, so a crash right now loses nothing."""
         self.store.save_lifecycle(*to_records(self.lifecycle, self.config))
+        self._persisted.set()
         state = self.lifecycle.state.value
         self.metrics.set_state(state)
         if self.lifecycle.drain is None:
@@ -232,17 +235,16 @@ class Daemon:
 
     def _resume(self) -> None:
         """A drain the previous run did not finish goes on, with its deadline and its signals."""
-        self._changed()
         episode = self.lifecycle.drain
-        if episode is None:
-            return
-        log.warning(
-            "resuming the drain started at %.0f: deadline unchanged (%.0f s left)",
-            episode.started,
-            episode.deadline - self._wall(),
-            extra=fields("state_recovered", state="draining"),
-        )
-        self._start_drain("resumed", episode.deadline, resume=True)
+        if episode is not None:
+            log.warning(
+                "resuming the drain started at %.0f: deadline unchanged (%.0f s left)",
+                episode.started,
+                episode.deadline - self._wall(),
+                extra=fields("state_recovered", state="draining"),
+            )
+            self._start_drain("resumed", episode.deadline, resume=True)
+        self._changed()
 
     def _start_drain(self, source: str, deadline: float, resume: bool) -> None:
         self._cancel.clear()
@@ -252,14 +254,18 @@ class Daemon:
         if resume:
             for record in self.store.state.signals:
                 already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
-        holders = self.scanner.scan().holders
-        log.warning(
-            "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
-            len(holders), source, deadline - self._wall(), self.config.on_timeout,
-            extra=fields("drain_started", event=source, state="draining"),
-        )  # fmt: skip
+        # The drain thread scans while this thread writes the new state (two slow things at once); its
+        # first write-ahead intent waits until that state is on disk, so a crash in between can never
+        # leave a signal recorded for a drain the state file does not know.
+        self._persisted = threading.Event()
 
         def run() -> None:
+            holders = self.scanner.scan().holders
+            log.warning(
+                "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
+                len(holders), source, deadline - self._wall(), self.config.on_timeout,
+                extra=fields("drain_started", event=source, state="draining"),
+            )  # fmt: skip
             record = drain(
                 holders,
                 scanner=self.scanner,
@@ -281,6 +287,8 @@ class Daemon:
         self._drain_thread.start()
 
     def _intent(self, identity: ProcessIdentity, signum: int) -> None:
+        if not self._persisted.wait(timeout=PERSIST_WAIT):
+            log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
         name = self.view.name_of(identity)
         self.store.record_intent(identity, signum, name=name)
 
