@@ -47,6 +47,7 @@ class DaemonHarness:
         fake: FakeMetadataServer,
         workloads: Workloads,
         notifier: Notifier | None = None,
+        store: StateStore | None = None,
         **overrides: Any,
     ) -> None:
         self.config = harness_config(state_dir, workloads, **overrides)
@@ -54,7 +55,7 @@ class DaemonHarness:
         self.stop = threading.Event()
         self.transport = MetadataTransport(fake.address)
         self.metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
-        self.store = StateStore(self.config.state_dir)
+        self.store = store or StateStore(self.config.state_dir)
 
         def watcher(emit: Any) -> MetadataWatcher:
             return MetadataWatcher(

@@ -8,9 +8,11 @@ file is the only thing a crash leaves behind), then a real daemon starts on it.
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,3 +144,36 @@ def test_a_clean_stop_mid_drain_is_fast_and_the_next_start_resumes(
     with pytest.raises(AssertionError, match="said nothing"):
         child.expect("term", timeout=1.0)  # the resumed drain did not SIGTERM again
     wait_for(lambda: not child.alive(), what="the child to be gone")
+
+
+class GatedStore(StateStore):
+    """A state store whose write of a new drain waits for the test: a slow disk, on demand."""
+
+    def __init__(self, state_dir: str) -> None:
+        super().__init__(state_dir)
+        self.gate = threading.Event()
+
+    def save_lifecycle(self, events: Any, drain: Any, last_outcome: str | None) -> None:
+        if drain is not None:
+            self.gate.wait(timeout=20)
+        super().save_lifecycle(events, drain, last_outcome)
+
+
+def test_no_signal_goes_out_before_the_drain_is_on_disk(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    fake.set(MAINTENANCE, "NONE")
+    child = workloads.start("report")
+    store = GatedStore(str(tmp_path / "state"))
+    with DaemonHarness(tmp_path / "state", fake, workloads, store=store) as harness:
+        fake.set(MAINTENANCE, TERMINATE)
+        # The state write of the new drain is held back: the SIGTERM must wait for it.
+        with pytest.raises(AssertionError, match="said nothing"):
+            child.expect("term", timeout=1.0)
+        store.gate.set()
+        child.expect("term")
+        harness.wait_metric("tpu_watchdog_signals_sent_total", 1, signal="SIGTERM")
+        wait_for(lambda: store.state.find(child.identity, signal.SIGTERM) is not None, what="the intent")
+    saved = StateStore(str(tmp_path / "state")).state
+    assert saved.drain is not None
+    assert saved.find(child.identity, signal.SIGTERM) is not None  # the intent survived the drain's write
