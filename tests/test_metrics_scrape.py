@@ -1,0 +1,192 @@
+"""The daemon's /metrics as Prometheus sees it: `promtool check metrics` on a running daemon finds nothing to
+say, and a real Prometheus server scraping it (with our rules loaded) shows the state move from idle to
+drained when a TERMINATE maintenance event drains a real child holding a real device node."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.waiting import wait_for
+from tests.workloads import Workloads
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.httpapi import HttpSurface
+
+REPO = Path(__file__).resolve().parents[1]
+RULES = REPO / "packaging" / "prometheus" / "tpu-watchdog.rules.yml"
+FIRST_SAMPLE_WITHIN = 25.0  # Prometheus hands targets to the scraper every 5 s: the first sample is 5-6 s in
+
+needs_prometheus = pytest.mark.skipif(
+    shutil.which("prometheus") is None or shutil.which("promtool") is None,
+    reason="prometheus/promtool missing: `apt-get install prometheus` (make installs it)",
+)
+pytestmark = [needs_prometheus, pytest.mark.slow]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeMetadataServer]:
+    with FakeMetadataServer(listen="127.0.0.1:0") as server:
+        yield server
+
+
+@pytest.fixture
+def workloads(tmp_path: Path) -> Iterator[Workloads]:
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    loads = Workloads(devices)
+    yield loads
+    loads.close()
+
+
+@pytest.fixture
+def daemon(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> Iterator[tuple[DaemonHarness, str]]:
+    """A running daemon with one handled workload, and the address of its HTTP listener."""
+    workloads.start("handled")
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        http = HttpSurface("127.0.0.1:0", harness.daemon.view)
+        http.start()
+        try:
+            yield harness, http.address
+        finally:
+            http.stop()
+
+
+def free_port() -> int:
+    """A port nobody listens on now (Prometheus takes no port 0: it must be told where to listen)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        body: bytes = answer.read()
+        return body
+
+
+class Prometheus:
+    """A real Prometheus server on loopback scraping one target every second, stopped with SIGTERM."""
+
+    def __init__(self, workdir: Path, target: str) -> None:
+        workdir.mkdir()
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+            f"rule_files: [{json.dumps(str(RULES))}]\n"
+            "scrape_configs:\n"
+            "  - job_name: tpu-watchdog\n"
+            f"    static_configs: [{{targets: [{json.dumps(target)}]}}]\n"
+        )
+        self.address = f"127.0.0.1:{free_port()}"
+        self.log_path = workdir / "prometheus.log"
+        with self.log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+                 f"--web.listen-address={self.address}"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+            )  # fmt: skip
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def api(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        answer = json.loads(get(f"http://{self.address}/api/v1/{path}?{query}"))
+        assert answer["status"] == "success", answer
+        return answer["data"]
+
+    def value(self, promql: str) -> float | None:
+        """The one value of an instant query; None while it has no result."""
+        if self.process.poll() is not None:
+            raise AssertionError(f"prometheus exited {self.process.returncode}:\n{self.log()}")
+        try:
+            result = self.api("query", query=promql)["result"]
+        except OSError:
+            return None  # not listening yet
+        assert len(result) <= 1, result
+        return float(result[0]["value"][1]) if result else None
+
+    def wait_value(self, promql: str, expected: float) -> None:
+        wait_for(
+            lambda: self.value(promql) == expected,
+            timeout=FIRST_SAMPLE_WITHIN,
+            interval=0.2,
+            what=f"{promql} == {expected} in Prometheus",
+        )
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+
+@pytest.fixture
+def prometheus(daemon: tuple[DaemonHarness, str], tmp_path: Path) -> Iterator[Prometheus]:
+    server = Prometheus(tmp_path / "prometheus", daemon[1])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_promtool_check_metrics_on_a_running_daemon(daemon: tuple[DaemonHarness, str]) -> None:
+    harness, address = daemon
+    harness.fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+    harness.wait_state("drained")  # every series, histogram included, has moved from its zero
+    exposition = get(f"http://{address}/metrics")
+    assert b'tpu_watchdog_drains_total{outcome="exited"} 1.0' in exposition
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"], input=exposition, capture_output=True, timeout=60, check=False
+    )
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, b"", b"")
+
+
+def test_prometheus_sees_idle_then_drained(daemon: tuple[DaemonHarness, str], prometheus: Prometheus) -> None:
+    harness, address = daemon
+    prometheus.wait_value('tpu_watchdog_state{state="idle"}', 1.0)
+    assert prometheus.value('up{job="tpu-watchdog"}') == 1.0
+    assert prometheus.value('tpu_watchdog_state{state="drained"}') == 0.0
+    assert prometheus.value(f'tpu_watchdog_maintenance_event{{instance="{address}", value="NONE"}}') == 1.0
+
+    harness.fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+    harness.wait_state("drained")
+    prometheus.wait_value('tpu_watchdog_state{state="drained"}', 1.0)
+    assert prometheus.value('tpu_watchdog_state{state="idle"}') == 0.0
+    assert prometheus.value('tpu_watchdog_maintenance_event{value="TERMINATE_ON_HOST_MAINTENANCE"}') == 1.0
+    assert prometheus.value('tpu_watchdog_drains_total{outcome="exited"}') == 1.0
+    assert prometheus.value('tpu_watchdog_signals_sent_total{signal="SIGTERM"}') == 1.0
+
+    # Our rules run on the real series: the maintenance alert fires, and the fleet rules give a slice
+    # (empty accelerator_type/zone here: the harness reads no host facts), with no rule in error.
+    prometheus.wait_value('ALERTS{alertname="TPUMaintenancePending", alertstate="firing"}', 1.0)
+    assert prometheus.value("slice:tpu_watchdog_hosts_draining:sum") == 0.0
+    groups = prometheus.api("rules")["groups"]
+    unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] == "err"]
+    assert not unhealthy, unhealthy
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="daemon.py never sets metrics.metadata_last_success (stays 0): TPUWatchdogMetadataUnreachable "
+    "would fire on every host. Reported to the lead; remove this mark once the daemon sets it.",
+)
+def test_metadata_last_success_is_set_once_the_watches_answer(daemon: tuple[DaemonHarness, str]) -> None:
+    harness, _ = daemon
+    harness.wait_metric("tpu_watchdog_metadata_last_success_timestamp_seconds", 1.0, timeout=5)
