@@ -106,3 +106,5 @@ def test_journal_fields_of_a_key_message() -> None:
     assert drain_finished["TPU_WATCHDOG_OUTCOME"] == "exited"
     assert drain_finished["SYSLOG_IDENTIFIER"] == "tpu-watchdog"
     assert "TPU_WATCHDOG_PID" not in drain_finished
+    # Only journal fields go out: not the LogRecord's own attributes as lower-case names.
+    assert [name for entry in entries for name in entry if not name.isupper()] == []

@@ -182,11 +182,6 @@ def test_prometheus_sees_idle_then_drained(daemon: tuple[DaemonHarness, str], pr
     assert not unhealthy, unhealthy
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon.py never sets metrics.metadata_last_success (stays 0): TPUWatchdogMetadataUnreachable "
-    "would fire on every host. Reported to the lead; remove this mark once the daemon sets it.",
-)
 def test_metadata_last_success_is_set_once_the_watches_answer(daemon: tuple[DaemonHarness, str]) -> None:
     harness, _ = daemon
     harness.wait_metric("tpu_watchdog_metadata_last_success_timestamp_seconds", 1.0, timeout=5)

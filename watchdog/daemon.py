@@ -42,7 +42,7 @@ from watchdog.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
 
-LOOP_TICK = 0.5  # the loop wakes at least this often: stop, time-based policy, watchdog pings
+LOOP_TICK = 1.0  # the loop wakes at least this often: time-based policy, watchdog pings, health
 HOLDER_REFRESH = 60.0  # s between idle scans for the holders gauge; a scan walks all fds (bench_idle)
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
 PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a stuck disk must not stop it)
@@ -78,7 +78,7 @@ class Daemon:
         self.hooks = hooks
         self.notifier = notifier
         self.metrics = metrics
-        self.inbox: queue.Queue[WatchEvent | DrainDone] = queue.Queue()
+        self.inbox: queue.Queue[WatchEvent | DrainDone | None] = queue.Queue()  # None: stop
         self.watcher = watcher_factory(self.inbox.put)
         self.lifecycle = from_records(store.state)
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
@@ -98,6 +98,9 @@ class Daemon:
 
     def run(self) -> int:
         started = self.clock.monotonic()
+        # Wake the loop the moment `stop` is set (a signal handler may only set the event), so the
+        # tick can stay long and idle wakeups few.
+        threading.Thread(target=self._wake_on_stop, name="stop-waker", daemon=True).start()
         self._resume()
         self.watcher.start()
         if self._host_info is not None:
@@ -177,6 +180,10 @@ class Daemon:
         )
 
     def _timers(self, now: float) -> None:
+        # Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time.
+        heard = max((s.last_success or 0.0 for s in self.watcher.statuses()), default=0.0)
+        if heard:
+            self.metrics.metadata_last_success.set(heard)
         interval = self.notifier.watchdog_interval
         if interval is not None and now >= self._next_ping:
             self.notifier.watchdog()
@@ -351,6 +358,10 @@ class Daemon:
                 self.view.host = info
                 return
             self.stop.wait(60)
+
+    def _wake_on_stop(self) -> None:
+        self.stop.wait()
+        self.inbox.put(None)
 
     def _wedge_if_asked(self) -> None:
         """Test-only: once `wedge_file` exists, the loop stops ticking (no WATCHDOG=1 pings) until stopped,
