@@ -4,6 +4,7 @@ real device nodes made with mknod."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import shutil
@@ -445,3 +446,20 @@ def test_real_zombie_is_counted_not_reported(node_dir: Path) -> None:
         assert zombie.pid not in {h.pid for h in result.holders}
     finally:
         zombie.wait()
+
+
+@pytest.mark.parametrize(("major", "minor"), [(1, 3), (1, 5), (1, 9), (5, 0), (136, 0)])
+def test_a_pattern_matching_a_node_everyone_holds_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, major: int, minor: int
+) -> None:
+    """A pattern typo like "/dev/*" must never turn every process holding /dev/null into a TPU holder."""
+    node = tmp_path / "null-alike"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(major, minor))
+    except OSError as error:
+        pytest.skip(f"mknod is not possible here: {error}")
+    with caplog.at_level(logging.ERROR):
+        result = HolderScanner(patterns=(str(node),)).scan()
+    assert result.holders == ()
+    assert result.devices == ()
+    assert "nearly every process holds" in caplog.text

@@ -14,6 +14,7 @@ excludes. Processes that vanish, refuse us, or are zombies are counted in the `S
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import stat
 from collections.abc import Iterable
@@ -57,6 +58,22 @@ class DeviceSet:
         return (st.st_dev, st.st_ino) in self.inodes
 
 
+log = logging.getLogger(__name__)
+
+# Device numbers nearly every process holds open (/dev/null, /dev/zero, /dev/urandom, terminals). A pattern
+# that matches one of these (a typo such as "/dev/*") would make every process a "TPU holder" and a drain
+# would SIGTERM the whole machine: such nodes are never matched, and the refusal is logged once.
+_MEM_MAJOR, _TTY_MAJORS, _PTS_MAJORS = 1, (4, 5), range(136, 144)
+_EVERYBODYS = {(_MEM_MAJOR, 3), (_MEM_MAJOR, 5), (_MEM_MAJOR, 9)}
+_refused: set[str] = set()
+
+
+def shared_by_everyone(rdev: int) -> bool:
+    """True for the device numbers of /dev/null, /dev/zero, /dev/urandom and every terminal."""
+    major, minor = os.major(rdev), os.minor(rdev)
+    return (major, minor) in _EVERYBODYS or major in _TTY_MAJORS or major in _PTS_MAJORS
+
+
 def find_devices(patterns: Iterable[str], extra_paths: Iterable[str] = ()) -> DeviceSet:
     """Glob the patterns now (nodes appear and disappear) and stat what matched. A path that vanishes
     between the glob and the stat is left out."""
@@ -72,11 +89,21 @@ def find_devices(patterns: Iterable[str], extra_paths: Iterable[str] = ()) -> De
             continue
         if stat.S_ISDIR(st.st_mode):
             continue  # e.g. /dev/vfio/devices/ on newer kernels: a directory, not something held
+        is_device = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        if is_device and shared_by_everyone(st.st_rdev):
+            if path not in _refused:
+                _refused.add(path)
+                log.error(
+                    "device pattern matched %s (%d:%d), which nearly every process holds: never treated as "
+                    "a TPU device; fix devices.patterns",
+                    path, os.major(st.st_rdev), os.minor(st.st_rdev),
+                )  # fmt: skip
+            continue
         paths.add(path)
         real = os.path.realpath(path)
         paths.add(real)  # a symlinked pattern (/dev/accel -> ...) is held under its real path
         inodes.add((st.st_dev, st.st_ino))
-        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        if is_device:
             rdevs.add(st.st_rdev)
     return DeviceSet(frozenset(paths), frozenset(rdevs), frozenset(inodes))
 
