@@ -6,7 +6,6 @@ Real fake metadata server, real watches, real children holding a real device nod
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,21 +20,6 @@ TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
 DRAINS = "tpu_watchdog_drains_total"
 SIGNALS = "tpu_watchdog_signals_sent_total"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeMetadataServer]:
-    with FakeMetadataServer(listen="127.0.0.1:0") as server:
-        yield server
-
-
-@pytest.fixture
-def workloads(tmp_path: Path) -> Iterator[Workloads]:
-    devices = tmp_path / "dev"
-    devices.mkdir()
-    loads = Workloads(devices)
-    yield loads
-    loads.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +25,9 @@ from watchdog.statefile import StateStore
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeMetadataServer]:
-    with FakeMetadataServer(listen="127.0.0.1:0") as server:
-        server.set(MAINTENANCE, TERMINATE)  # the event is still on when the daemon comes back
-        yield server
-
-
-@pytest.fixture
-def workloads(tmp_path: Path) -> Iterator[Workloads]:
-    devices = tmp_path / "dev"
-    devices.mkdir()
-    loads = Workloads(devices)
-    yield loads
-    loads.close()
+@pytest.fixture(autouse=True)
+def event_still_on(fake: FakeMetadataServer) -> None:
+    fake.set(MAINTENANCE, TERMINATE)  # the event is still on when the daemon comes back
 
 
 def crashed_at(state_dir: Path, deadline: float, child: Child, signals: dict[int, bool]) -> None:

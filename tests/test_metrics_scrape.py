@@ -35,21 +35,6 @@ pytestmark = [needs_prometheus, pytest.mark.slow]
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeMetadataServer]:
-    with FakeMetadataServer(listen="127.0.0.1:0") as server:
-        yield server
-
-
-@pytest.fixture
-def workloads(tmp_path: Path) -> Iterator[Workloads]:
-    devices = tmp_path / "dev"
-    devices.mkdir()
-    loads = Workloads(devices)
-    yield loads
-    loads.close()
-
-
-@pytest.fixture
 def daemon(
     fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
 ) -> Iterator[tuple[DaemonHarness, str]]:

@@ -19,6 +19,7 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from watchdog.process import Holder, ProcessIdentity
 from watchdog.procfs import KTHREADD_PID, ProcessGoneError, ProcessUnreadableError, Procfs
@@ -57,6 +58,9 @@ class DeviceSet:
             return True
         return (st.st_dev, st.st_ino) in self.inodes
 
+
+if TYPE_CHECKING:  # typing only: `holders` must start without the configuration's imports
+    from watchdog.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -281,3 +285,16 @@ class HolderScanner:
             cgroup=procfs.cgroup(pid),
             ppid=st.ppid,
         )
+
+
+def scanner_for(config: Config) -> HolderScanner:
+    """The scanner the configuration describes (devices, extra paths, excludes): daemon and drill."""
+    return HolderScanner(
+        patterns=config.devices,
+        extra_paths=config.extra_paths,
+        excludes=Excludes(
+            pids=frozenset(config.exclude_pids),
+            names=frozenset(config.exclude_names),
+            uids=frozenset(config.exclude_uids),
+        ),
+    )

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.workloads import Workloads
@@ -16,21 +13,6 @@ from watchdog.fake.server import FakeMetadataServer
 from watchdog.httpapi import HttpSurface
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeMetadataServer]:
-    with FakeMetadataServer(listen="127.0.0.1:0") as server:
-        yield server
-
-
-@pytest.fixture
-def workloads(tmp_path: Path) -> Iterator[Workloads]:
-    devices = tmp_path / "dev"
-    devices.mkdir()
-    loads = Workloads(devices)
-    yield loads
-    loads.close()
 
 
 def status(tmp_path: Path, listen: str, *args: str) -> subprocess.CompletedProcess[str]:

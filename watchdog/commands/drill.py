@@ -61,18 +61,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
         return EXIT_CONFIG
     from watchdog.drain import drain
-    from watchdog.holders import Excludes, HolderScanner
+    from watchdog.holders import scanner_for
 
     out = sys.stdout
-    scanner = HolderScanner(
-        patterns=config.devices,
-        extra_paths=config.extra_paths,
-        excludes=Excludes(
-            pids=frozenset(config.exclude_pids),
-            names=frozenset(config.exclude_names),
-            uids=frozenset(config.exclude_uids),
-        ),
-    )
+    scanner = scanner_for(config)
     holders = scanner.scan().holders
     if not holders:
         out.write(f"nothing holds a TPU device ({' '.join(config.devices)}): nothing to rehearse\n")

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(config.log_level)
     # Heavy imports after the configuration is known good: a typo costs no start-up time.
     from watchdog.daemon import Daemon
-    from watchdog.holders import Excludes, HolderScanner
+    from watchdog.holders import scanner_for
     from watchdog.hooks import HookRunner
     from watchdog.httpapi import HttpSurface
     from watchdog.metadata.errors import ErrorKind
@@ -67,15 +67,7 @@ def run(args: argparse.Namespace) -> int:
     host = resolve_metadata_host(config.metadata_host, os.environ)
     transport = MetadataTransport(host)
     metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
-    scanner = HolderScanner(
-        patterns=config.devices,
-        extra_paths=config.extra_paths,
-        excludes=Excludes(
-            pids=frozenset(config.exclude_pids),
-            names=frozenset(config.exclude_names),
-            uids=frozenset(config.exclude_uids),
-        ),
-    )
+    scanner = scanner_for(config)
 
     def watcher_factory(emit: Callable[[WatchEvent], None]) -> MetadataWatcher:
         return MetadataWatcher(transport, emit, stop, timeout_sec=args.metadata_timeout_sec)
