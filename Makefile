@@ -7,10 +7,13 @@ BIN := $(VENV)/bin
 # libsystemd-dev + pkg-config: systemd-python builds from source. lsof, psmisc (fuser): what users compare
 # `holders` against, used by the benchmarks and tests. prometheus: promtool and a real server for the tests.
 # systemd-container: systemd-nspawn, a real systemd manager for the unit tests.
-APT_PACKAGES := libsystemd-dev pkg-config gcc python3-dev lsof psmisc prometheus systemd-container
+# lintian checks the .deb; the python3-* packages are the .deb's dependencies, needed on this machine to
+# install it in a container that boots this machine's own root (tests/packaging/test_deb.py).
+APT_PACKAGES := libsystemd-dev pkg-config gcc python3-dev lsof psmisc prometheus systemd-container \
+	lintian python3-requests python3-urllib3 python3-psutil python3-systemd python3-prometheus-client
 INSTALLED := $(VENV)/.installed
 
-.PHONY: all setup system-packages demo test lint typecheck unit bench clean
+.PHONY: all setup system-packages demo test lint typecheck unit bench deb clean
 
 all: test
 
@@ -50,6 +53,9 @@ test: lint typecheck unit
 
 bench: setup
 	$(BIN)/python -m bench
+
+deb:
+	packaging/deb/build.sh dist
 
 clean:
 	rm -rf $(VENV) dist build .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -84,6 +84,7 @@ class Metrics:
             ["instance_id", "accelerator_type", "worker_id", "zone"],
             registry=r,
         )
+        self._host_info_labels: tuple[str, str, str, str] | None = None
         self._zero_initialise(error_kinds)
 
     def _zero_initialise(self, error_kinds: Iterable[str]) -> None:
@@ -118,10 +119,15 @@ class Metrics:
         self.drain_deadline.set(math.nan if deadline is None else deadline)
 
     def set_host_info(self, info: dict[str, str]) -> None:
-        self.host_info.clear()
-        self.host_info.labels(
+        labels = (
             info.get("instance_id", ""),
             info.get("accelerator_type", ""),
             info.get("worker_id", ""),
             info.get("zone", ""),
-        ).set(1)
+        )
+        # Replaced, not accumulated. Not Gauge.clear(): prometheus-client 0.9 (Ubuntu 22.04's
+        # python3-prometheus-client, which the .deb uses) has no clear(); remove() exists in every version.
+        if self._host_info_labels is not None and self._host_info_labels != labels:
+            self.host_info.remove(*self._host_info_labels)
+        self.host_info.labels(*labels).set(1)
+        self._host_info_labels = labels

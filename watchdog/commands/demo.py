@@ -36,6 +36,15 @@ METRICS_SHOWN = (
 )
 
 
+def _importing_watchdog() -> dict[str, str]:
+    """This environment, with the directory this `watchdog` package came from first on PYTHONPATH: the
+    .deb keeps it in /usr/lib/tpu-watchdog, which only its launcher puts on sys.path, so a child
+    `python3 -m watchdog.demo_workload` would not find it otherwise."""
+    home = str(Path(__file__).resolve().parents[2])
+    paths = [home, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep", action="store_true", help="keep the temporary directory (checkpoints, state)"
@@ -120,11 +129,18 @@ def run(args: argparse.Namespace) -> int:
         trainer = subprocess.Popen(
             [sys.executable, "-m", "watchdog.demo_workload", "--hold", str(device),
              "--checkpoint-dir", str(checkpoints), "--save-every", "100"],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, text=True, env=_importing_watchdog(),
         )  # fmt: skip
         threading.Thread(target=relay, args=(trainer.stdout, "trainer"), daemon=True).start()
         scanner = OnlyThese(HolderScanner(patterns=(str(device),)), {trainer.pid})
-        wait_until(lambda: bool(scanner.scan().holders), 15, "the job to hold the device")
+        job = trainer
+
+        def holding() -> bool:
+            if job.poll() is not None:
+                raise RuntimeError(f"the sample job exited ({job.returncode}) before it held the device")
+            return bool(scanner.scan().holders)
+
+        wait_until(holding, 15, "the job to hold the device")
 
         say("3. the daemon: watching the metadata server, ready to drain")
         config = dataclasses.replace(
