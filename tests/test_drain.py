@@ -375,3 +375,31 @@ def test_stop_interrupts_before_the_deadline_under_an_injected_clock() -> None:
     assert record.ended is not None
     assert record.ended - record.started < 12
     assert not record.processes[h.identity].killed
+
+
+def test_a_wave_of_signals_has_its_intents_written_once_before_the_first_signal(workloads: Workloads) -> None:
+    children = [workloads.start("report") for _ in range(3)]  # say "term" on SIGTERM; never exit
+    waves: list[tuple[list[tuple[ProcessIdentity, int]], bool]] = []
+    results: list[list[tuple[ProcessIdentity, int, SignalResult]]] = []
+
+    def anyone_signalled() -> bool:
+        ready, _, _ = select.select([c.out for c in children], [], [], 0)
+        return bool(ready)
+
+    def intents(wave: Any) -> None:
+        waves.append((list(wave), anyone_signalled()))
+
+    record = drain(
+        scanner_for(workloads).scan().holders,
+        scanner=scanner_for(workloads),
+        grace=1.0,
+        rescan_interval=0.2,
+        on_intents=intents,
+        on_sents=lambda sent: results.append(list(sent)),
+    )
+    assert record.outcome is Outcome.TIMED_OUT
+    (terms, early), (kills, _) = waves
+    assert sorted(terms) == sorted((c.identity, TERM) for c in children)
+    assert not early  # every intent was written before any child got its SIGTERM
+    assert sorted(kills) == sorted((c.identity, KILL) for c in children)
+    assert [r for _, _, r in results[0]] == [SignalResult.SENT] * 3

@@ -13,7 +13,7 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from watchdog.clock import Clock, SystemClock
@@ -283,8 +283,8 @@ class Daemon:
                 cancel=self._cancel,
                 stop=self.stop,
                 already_signalled=already,
-                on_intent=self._intent,
-                on_sent=self._sent,
+                on_intents=self._intents,
+                on_sents=self._sents,
                 on_update=self.view.drain_update,
                 clock=self.clock,
             )
@@ -293,24 +293,26 @@ class Daemon:
         self._drain_thread = threading.Thread(target=run, name="drain", daemon=True)
         self._drain_thread.start()
 
-    def _intent(self, identity: ProcessIdentity, signum: int) -> None:
+    def _intents(self, intents: Sequence[tuple[ProcessIdentity, int]]) -> None:
+        """Write-ahead for a wave of signals: one write, after the drain's own state is on disk."""
         if not self._persisted.wait(timeout=PERSIST_WAIT):
             log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
-        name = self.view.name_of(identity)
-        self.store.record_intent(identity, signum, name=name)
+        self.store.record_intents([(i, signum, self.view.name_of(i)) for i, signum in intents])
 
-    def _sent(self, identity: ProcessIdentity, signum: int, result: SignalResult) -> None:
-        self.store.record_sent(identity, signum, result.value)
-        name = signal.Signals(signum).name
-        if result is SignalResult.SENT and not self.config.dry_run:
-            self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
-        process = self.view.name_of(identity)
-        log.warning(
-            "%s%s to pid %d (%s, start time %d): %s",
-            "[dry run] " if self.config.dry_run else "", name, identity.pid, process, identity.start_time,
-            result.value,
-            extra=fields("signal_sent", pid=identity.pid, process=process, signal=name, result=result.value),
-        )  # fmt: skip
+    def _sents(self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]]) -> None:
+        self.store.record_sents([(i, signum, result.value) for i, signum, result in sent])
+        dry = "[dry run] " if self.config.dry_run else ""
+        for identity, signum, result in sent:
+            name = signal.Signals(signum).name
+            if result is SignalResult.SENT and not self.config.dry_run:
+                self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
+            process = self.view.name_of(identity)
+            text = result.value
+            journal = fields("signal_sent", pid=identity.pid, process=process, signal=name, result=text)
+            log.warning(
+                "%s%s to pid %d (%s, start time %d): %s",
+                dry, name, identity.pid, process, identity.start_time, result.value, extra=journal,
+            )  # fmt: skip
 
     def _drain_done(self, record: DrainRecord) -> None:
         self._drain_thread = None

@@ -81,6 +81,8 @@ def drain(
     kill_wait: float = 10.0,
     proc_root: str = "/proc",
     deadline_source: Callable[[], float] | None = None,
+    on_intents: Callable[[Sequence[tuple[ProcessIdentity, int]]], None] | None = None,
+    on_sents: Callable[[Sequence[tuple[ProcessIdentity, int, SignalResult]]], None] | None = None,
 ) -> DrainRecord:
     """Drain `holders` (a fresh scan) and return the record.
 
@@ -89,6 +91,8 @@ def drain(
     SIGKILL still goes out on time). `on_intent` is called BEFORE each signal (persist it: write-ahead),
     `on_sent` after; `on_update` gets a copy of the record when it changed (at most every 0.1 s, and at
     the end). Hook errors are noted in the record, never raised: a failing hook must not stop a drain.
+    `on_intents` / `on_sents` are the same for a whole wave of signals at once (one write-ahead for a hundred
+    holders instead of a hundred: all intents of the wave are persisted before its first signal).
     `dry_run` sends nothing (signal 0 checks). `deadline_source`, read on every turn of the loop, may move the
     deadline earlier (monotonic seconds of `clock`), never later.
     Signaller and exit waiter default to pidfd ones sharing one `ProcessHandles`, closed at the end.
@@ -120,6 +124,7 @@ def drain(
         kill_wait=kill_wait,
     )
     loop = _Loop(core, scanner, signaller, exits, clock, on_intent, on_sent, on_update, deadline_source)
+    loop.on_intents, loop.on_sents = on_intents, on_sents
     try:
         loop.run(core.start(), cancel, stop)
     finally:
@@ -147,6 +152,8 @@ class _Loop:
     ) -> None:
         self.core, self.scanner, self.signaller, self.exits = core, scanner, signaller, exits
         self.deadline_source = deadline_source
+        self.on_intents: Callable[[Sequence[tuple[ProcessIdentity, int]]], None] | None = None
+        self.on_sents: Callable[[Sequence[tuple[ProcessIdentity, int, SignalResult]]], None] | None = None
         self.clock = clock
         self.on_intent, self.on_sent, self.on_update = on_intent, on_sent, on_update
         self.dirty, self.published = True, float("-inf")
@@ -188,13 +195,19 @@ class _Loop:
     def act(self, actions: list[SendSignal], cancel: threading.Event, stop: threading.Event) -> None:
         """Send each signal (intent first, result after), then watch every pending process for its exit."""
         self.signaller.prepare(a.identity for a in actions)
+        if actions and self.on_intents is not None:
+            self.hook(self.on_intents, [(a.identity, a.signum) for a in actions])
+        done: list[tuple[ProcessIdentity, int, SignalResult]] = []
         for action in actions:
             if action.signum == signal.SIGKILL and (cancel.is_set() or stop.is_set()):
                 break  # the loop ends the drain as cancelled/interrupted; no SIGKILL after either
             self.hook(self.on_intent, action.identity, action.signum)
             result = self.signaller.send(action.identity, action.signum)
             self.hook(self.on_sent, action.identity, action.signum, result)
+            done.append((action.identity, action.signum, result))
             self.core.observe_signal(action.identity, action.signum, result, self.clock.monotonic())
+        if done and self.on_sents is not None:
+            self.hook(self.on_sents, done)
         pending = set(self.core.pending())
         for identity in self.exits.watching() - pending:
             self.exits.unwatch(identity)  # released (or ended otherwise): no longer waited for

@@ -99,6 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64  # socketserver's 5 drops SYNs when Prometheus, probes and status come at once
     surface: Surface
 
 

@@ -17,7 +17,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from watchdog.clock import Clock, SystemClock
@@ -103,27 +103,42 @@ class StateStore:
 
     def record_intent(self, identity: ProcessIdentity, signal: int | str, *, name: str = "") -> SignalRecord:
         """On disk before the signal is sent. A repeat call (same process and signal) keeps the first."""
+        self.record_intents([(identity, signal, name)])
+        record = self._state.find(identity, signal)
+        assert record is not None  # noqa: S101 - just recorded (in memory even if the write failed)
+        return record
+
+    def record_intents(self, intents: Iterable[tuple[ProcessIdentity, int | str, str]]) -> None:
+        """Several intents (identity, signal, process name) in one write, all on disk before any is sent:
+        a drain's first wave to many holders costs one fsync, not one per holder."""
         with self._lock:
-            existing = self._state.find(identity, signal)
-            if existing is not None:
-                return existing
-            record = SignalRecord(identity, name, signal_name(signal), self.clock.wall())
-            self._write(self._state.with_signal(record))
-            return record
+            state, now = self._state, self.clock.wall()
+            for identity, signal, name in intents:
+                if state.find(identity, signal) is None:
+                    state = state.with_signal(SignalRecord(identity, name, signal_name(signal), now))
+            if state is not self._state:
+                self._write(state)
 
     def record_sent(self, identity: ProcessIdentity, signal: int | str, result: str) -> SignalRecord:
         """After the signal: when it went and how (a SignalResult value such as "sent" or "gone")."""
+        self.record_sents([(identity, signal, result)])
+        record = self._state.find(identity, signal)
+        assert record is not None  # noqa: S101 - just recorded
+        return record
+
+    def record_sents(self, sent: Iterable[tuple[ProcessIdentity, int | str, str]]) -> None:
+        """What became of several signals (identity, signal, result), in one write."""
         with self._lock:
-            now = self.clock.wall()
-            intent = self._state.find(identity, signal)
-            if intent is None:
-                log.warning(
-                    "state: %s sent to %s with no intent recorded first", signal_name(signal), identity
-                )
-                intent = SignalRecord(identity, "", signal_name(signal), now)
-            record = replace(intent, sent_at=now, result=str(plain(result)))
-            self._write(self._state.with_signal(record))
-            return record
+            state, now = self._state, self.clock.wall()
+            for identity, signal, result in sent:
+                intent = state.find(identity, signal)
+                if intent is None:
+                    log.warning(
+                        "state: %s sent to %s with no intent recorded first", signal_name(signal), identity
+                    )
+                    intent = SignalRecord(identity, "", signal_name(signal), now)
+                state = state.with_signal(replace(intent, sent_at=now, result=str(plain(result))))
+            self._write(state)
 
     def already_signalled(self, identity: ProcessIdentity, signal: int | str) -> bool:
         """True if this event already sent (or may have sent, before a crash) `signal` to `identity`."""

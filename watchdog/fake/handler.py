@@ -39,6 +39,9 @@ class Backend:
 
 class MetadataHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog is 5: a burst of clients (a fleet rehearsal, hundreds of hanging GETs)
+    # would see dropped SYNs and retry after 1, 3, 7 s. The real server takes them all at once.
+    request_queue_size = 1024
 
     def __init__(self, listen: ListenAddress, backend: Backend) -> None:
         self.backend = backend
