@@ -21,13 +21,14 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from watchdog.drain import drain
 from watchdog.drain_record import Outcome, SignalResult
 from watchdog.holders import HolderScanner, ScanResult
 from watchdog.process import Holder, ProcessIdentity
 from watchdog.signals import start_time
+from watchdog.statefile import StateStore
 
 FANOUT = 500
 TRIALS = 200
@@ -74,9 +75,10 @@ def reap(holders: list[Holder]) -> None:
         os.waitpid(h.pid, 0)
 
 
-def fanout(device: str, device_fd: int) -> tuple[float, float, float]:
+def fanout(device: str, device_fd: int, state_dir: str | None = None) -> tuple[float, float, float]:
     """ms from drain() start to the last SIGTERM sent, from the first intent to the last send, and from
-    drain() start until all had exited. Holders: `sleep` processes whose stdin is the device."""
+    drain() start until all had exited. Holders: `sleep` processes whose stdin is the device. With
+    `state_dir`, the daemon's write-ahead is in the path too: a real StateStore, one write per wave."""
     sleepers = [subprocess.Popen(["sleep", "1000"], stdin=device_fd) for _ in range(FANOUT)]
     try:
         holders = []
@@ -95,8 +97,21 @@ def fanout(device: str, device_fd: int) -> tuple[float, float, float]:
             marks[1:] = [time.monotonic()]
 
         scanner = OwnScanner(device, {h.identity for h in holders})
+        store = StateStore(state_dir) if state_dir else None
+
+        def intents(wave: Sequence[tuple[ProcessIdentity, int]]) -> None:
+            if store is not None:
+                store.record_intents([(i, signum, "sleep") for i, signum in wave])
+
+        def sents(done: Sequence[tuple[ProcessIdentity, int, SignalResult]]) -> None:
+            if store is not None:
+                store.record_sents([(i, signum, result.value) for i, signum, result in done])
+
         began = time.monotonic()
-        record = drain(holders, scanner=scanner, grace=60, on_intent=intent, on_sent=sent)
+        record = drain(
+            holders, scanner=scanner, grace=60, on_intent=intent, on_sent=sent, on_intents=intents,
+            on_sents=sents,
+        )  # fmt: skip
         assert record.outcome is Outcome.EXITED, record.outcome
         ms = [(marks[1] - began) * 1000, (marks[1] - marks[0]) * 1000, (time.monotonic() - began) * 1000]
         return ms[0], ms[1], ms[2]
@@ -153,10 +168,11 @@ def run() -> str:
         os.mknod(device, stat.S_IFCHR | 0o600, os.makedev(1, 7))
         device_fd = os.open(device, os.O_RDONLY)
         try:
-            fan, floor = [], []
-            for _ in range(3):
+            fan, floor, persisted = [], [], []
+            for run_number in range(3):
                 fan.append(fanout(device, device_fd))
                 floor.append(kernel_floor(device_fd))
+                persisted.append(fanout(device, device_fd, os.path.join(tmp, f"state-{run_number}")))
             latencies = sorted(last_exit_latency(device, device_fd) for _ in range(TRIALS))
         finally:
             os.close(device_fd)
@@ -179,6 +195,8 @@ def run() -> str:
             f"| <= {FANOUT_GOAL_MS:.0f} ms | {ms(send_ms)} | {'yes' if fan_ok else 'NO'} |",
             f"| the same, first intent to last send (signals alone) | - | {ms([f[1] for f in fan])} | - |",
             f"| {FANOUT} holders: drain() start to all exited | - | {ms([f[2] for f in fan])} | - |",
+            f"| the same fan-out with the daemon's write-ahead state file (fsync'd, one write per wave) "
+            f"| - | {ms([f[0] for f in persisted])} | - |",
             f"| kernel floor: bare pidfd_send_signal loop, same holders (each run after ours) | - "
             f"| {ms(floor)} | - |",
             f"| last exit to drain() returning ({TRIALS} drains of 3 holders) "
