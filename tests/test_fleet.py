@@ -10,16 +10,10 @@ scans /proc with tests.workloads.OwnScanner, so it can only ever signal the proc
 from __future__ import annotations
 
 import dataclasses
-import json
 import select
 import shutil
-import signal
-import socket
-import subprocess
 import threading
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.daemon_harness import FAST, MAINTENANCE, harness_config
+from tests.prometheus_server import PrometheusServer
 from tests.waiting import wait_for
 from tests.workloads import Child, OwnScanner, Workloads
 from watchdog.daemon import Daemon
@@ -172,67 +167,9 @@ def fleet(tmp_path: Path) -> Iterator[list[Host]]:
         stop_hosts(hosts)
 
 
-def free_port() -> int:
-    """A port nobody listens on now (Prometheus takes no port 0: it must be told where to listen)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class Prometheus:
-    """A real Prometheus on loopback: every host scraped and the packaged rules evaluated each second."""
-
-    def __init__(self, workdir: Path, targets: list[str]) -> None:
-        workdir.mkdir()
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-            f"rule_files: {json.dumps([str(path) for path in RULES])}\n"
-            "scrape_configs:\n"
-            "  - job_name: tpu-watchdog\n"
-            f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
-        )
-        self.address = f"127.0.0.1:{free_port()}"
-        self.log_path = workdir / "prometheus.log"
-        with self.log_path.open("w") as log:
-            self.process = subprocess.Popen(
-                ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-                 f"--web.listen-address={self.address}"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-            )  # fmt: skip
-
-    def query(self, promql: str, **params: str) -> list[dict[str, Any]]:
-        """The result vector of an instant query (at `time=` if given); [] while Prometheus is not up."""
-        if self.process.poll() is not None:
-            raise AssertionError(f"prometheus exited {self.process.returncode}:\n{self.log_path.read_text()}")
-        url = f"http://{self.address}/api/v1/query?" + urllib.parse.urlencode({"query": promql, **params})
-        try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                body = json.loads(answer.read())
-        except OSError:
-            return []  # not listening yet
-        assert body["status"] == "success", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def rules(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(f"http://{self.address}/api/v1/rules", timeout=5) as answer:
-            groups: list[dict[str, Any]] = json.loads(answer.read())["data"]["groups"]
-            return groups
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
-
-
 @pytest.fixture
-def prometheus(fleet: list[Host], tmp_path: Path) -> Iterator[Prometheus]:
-    server = Prometheus(tmp_path / "prometheus", [host.http.address for host in fleet])
+def prometheus(fleet: list[Host], tmp_path: Path) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(tmp_path / "prometheus", [host.http.address for host in fleet], RULES)
     try:
         yield server
     finally:
@@ -257,7 +194,7 @@ def said_nothing(child: Child) -> bool:
 
 
 def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
-    fleet: list[Host], prometheus: Prometheus
+    fleet: list[Host], prometheus: PrometheusServer
 ) -> None:
     started = time.time()
     everyone = {host.instance_id for host in fleet}

@@ -4,28 +4,23 @@ drained when a TERMINATE maintenance event drains a real child holding a real de
 
 from __future__ import annotations
 
-import json
 import shutil
-import signal
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.daemon_harness import MAINTENANCE, DaemonHarness
-from tests.waiting import wait_for
+from tests.prometheus_server import PrometheusServer
 from tests.workloads import Workloads
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.httpapi import HttpSurface
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "packaging" / "prometheus" / "tpu-watchdog.rules.yml"
-FIRST_SAMPLE_WITHIN = 25.0  # Prometheus hands targets to the scraper every 5 s: the first sample is 5-6 s in
 
 needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,
@@ -49,82 +44,15 @@ def daemon(
             http.stop()
 
 
-def free_port() -> int:
-    """A port nobody listens on now (Prometheus takes no port 0: it must be told where to listen)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as answer:
         body: bytes = answer.read()
         return body
 
 
-class Prometheus:
-    """A real Prometheus server on loopback scraping one target every second, stopped with SIGTERM."""
-
-    def __init__(self, workdir: Path, target: str) -> None:
-        workdir.mkdir()
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-            f"rule_files: [{json.dumps(str(RULES))}]\n"
-            "scrape_configs:\n"
-            "  - job_name: tpu-watchdog\n"
-            f"    static_configs: [{{targets: [{json.dumps(target)}]}}]\n"
-        )
-        self.address = f"127.0.0.1:{free_port()}"
-        self.log_path = workdir / "prometheus.log"
-        with self.log_path.open("w") as log:
-            self.process = subprocess.Popen(
-                ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-                 f"--web.listen-address={self.address}"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-            )  # fmt: skip
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def api(self, path: str, **params: str) -> Any:
-        query = urllib.parse.urlencode(params)
-        answer = json.loads(get(f"http://{self.address}/api/v1/{path}?{query}"))
-        assert answer["status"] == "success", answer
-        return answer["data"]
-
-    def value(self, promql: str) -> float | None:
-        """The one value of an instant query; None while it has no result."""
-        if self.process.poll() is not None:
-            raise AssertionError(f"prometheus exited {self.process.returncode}:\n{self.log()}")
-        try:
-            result = self.api("query", query=promql)["result"]
-        except OSError:
-            return None  # not listening yet
-        assert len(result) <= 1, result
-        return float(result[0]["value"][1]) if result else None
-
-    def wait_value(self, promql: str, expected: float) -> None:
-        wait_for(
-            lambda: self.value(promql) == expected,
-            timeout=FIRST_SAMPLE_WITHIN,
-            interval=0.2,
-            what=f"{promql} == {expected} in Prometheus",
-        )
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
-
-
 @pytest.fixture
-def prometheus(daemon: tuple[DaemonHarness, str], tmp_path: Path) -> Iterator[Prometheus]:
-    server = Prometheus(tmp_path / "prometheus", daemon[1])
+def prometheus(daemon: tuple[DaemonHarness, str], tmp_path: Path) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(tmp_path / "prometheus", [daemon[1]], [RULES])
     try:
         yield server
     finally:
@@ -143,7 +71,9 @@ def test_promtool_check_metrics_on_a_running_daemon(daemon: tuple[DaemonHarness,
     assert (checked.returncode, checked.stdout, checked.stderr) == (0, b"", b"")
 
 
-def test_prometheus_sees_idle_then_drained(daemon: tuple[DaemonHarness, str], prometheus: Prometheus) -> None:
+def test_prometheus_sees_idle_then_drained(
+    daemon: tuple[DaemonHarness, str], prometheus: PrometheusServer
+) -> None:
     harness, address = daemon
     prometheus.wait_value('tpu_watchdog_state{state="idle"}', 1.0)
     assert prometheus.value('up{job="tpu-watchdog"}') == 1.0
