@@ -48,6 +48,7 @@ class DaemonHarness:
         workloads: Workloads,
         notifier: Notifier | None = None,
         store: StateStore | None = None,
+        scanner: Any = None,
         **overrides: Any,
     ) -> None:
         self.config = harness_config(state_dir, workloads, **overrides)
@@ -71,7 +72,7 @@ class DaemonHarness:
             self.config,
             stop=self.stop,
             watcher_factory=watcher,
-            scanner=OwnScanner(workloads),  # type: ignore[arg-type]
+            scanner=scanner or OwnScanner(workloads),
             store=self.store,
             hooks=HookRunner.from_config(self.config),
             notifier=notifier or Notifier(environ={}),

@@ -12,8 +12,9 @@ import pytest
 
 from tests.daemon_harness import MAINTENANCE, PREEMPTED, DaemonHarness
 from tests.waiting import wait_for
-from tests.workloads import Workloads
+from tests.workloads import OwnScanner, Workloads
 from watchdog.fake.server import FakeMetadataServer, Fault
+from watchdog.holders import ScanResult
 from watchdog.metadata.values import MaintenanceKind
 
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
@@ -225,3 +226,30 @@ def test_hooks_that_hang_or_fail_never_delay_the_drain(
         wait_for(lambda: told.exists() and told.read_text() == "exited", what="the drain-end hook")
         fake.set(MAINTENANCE, "NONE")
         harness.wait_state("idle")  # a missing hook executable is logged, nothing more
+
+
+class FlakyScanner:
+    """The test's own scanner, failing its first `failures` scans: a /proc that misbehaves for a while."""
+
+    def __init__(self, inner: OwnScanner, failures: int) -> None:
+        self.inner, self.failures = inner, failures
+
+    def scan(self) -> ScanResult:
+        if self.failures > 0:
+            self.failures -= 1
+            raise OSError("procfs misbehaves")
+        return self.inner.scan()
+
+
+def test_failing_scans_neither_stop_the_daemon_nor_skip_the_drain(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    trainer = workloads.start("handled")
+    scanner = FlakyScanner(OwnScanner(workloads), failures=4)  # more than one drain attempt tries
+    with DaemonHarness(state_dir, fake, workloads, scanner=scanner) as harness:
+        fake.set(MAINTENANCE, TERMINATE)
+        harness.wait_state("drained")
+        assert trainer.popen.wait(timeout=10) == 0
+        assert harness.thread.is_alive()
+        assert scanner.failures == 0
+    assert "procfs misbehaves" in caplog.text

@@ -165,3 +165,21 @@ def test_no_signal_goes_out_before_the_drain_is_on_disk(
     saved = StateStore(str(tmp_path / "state")).state
     assert saved.drain is not None
     assert saved.find(child.identity, signal.SIGTERM) is not None  # the intent survived the drain's write
+
+
+def test_a_drain_that_was_being_cancelled_is_not_resumed(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    """Stopped after the event cleared but before the drain had ended: the drain is over, not resumed."""
+    fake.set(MAINTENANCE, "NONE")
+    child = workloads.start("report")
+    store = StateStore(str(tmp_path / "state"))
+    deadline = time.time() + 1.0
+    drain = DrainState("draining", deadline - 300.0, deadline, 300.0, "kill", ("ev-gone",))
+    store.save_lifecycle([], drain, None)
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        assert harness.daemon.lifecycle.drain is None
+        assert harness.state == "idle"
+        assert harness.daemon.lifecycle.last_outcome == "cancelled"
+    assert child.alive()
+    never_said_term(child)

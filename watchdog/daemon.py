@@ -37,7 +37,7 @@ from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChange
 from watchdog.metrics import Metrics
 from watchdog.notify import Notifier
 from watchdog.policy import Policy, source_of, trigger, upcoming_drain_due
-from watchdog.process import ProcessIdentity
+from watchdog.process import Holder, ProcessIdentity
 from watchdog.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
@@ -45,12 +45,13 @@ log = logging.getLogger("tpu-watchdog")
 LOOP_TICK = 1.0  # the loop wakes at least this often: time-based policy, watchdog pings, health
 HOLDER_REFRESH = 60.0  # s between idle scans for the holders gauge; a scan walks all fds (bench_idle)
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
+FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
 PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a stuck disk must not stop it)
 
 
 @dataclass(frozen=True)
 class DrainDone:
-    record: DrainRecord
+    record: DrainRecord | None  # None: the drain itself failed (it is started again)
 
 
 class Daemon:
@@ -80,7 +81,7 @@ class Daemon:
         self.metrics = metrics
         self.inbox: queue.Queue[WatchEvent | DrainDone | None] = queue.Queue()  # None: stop
         self.watcher = watcher_factory(self.inbox.put)
-        self.lifecycle = from_records(store.state)
+        self.lifecycle = from_records(store.state, config.maintenance_grace)
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
         self._host_info = host_info
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
@@ -119,17 +120,24 @@ class Daemon:
             except queue.Empty:
                 message = None
             if message is not None:
-                self._handle(message)
+                self._guarded(self._handle, message)
             now = self.clock.monotonic()
             if not self._ready_sent and (
                 len(self._answered) >= len(self.watcher.watches) or now - started >= READY_WITHIN
             ):
                 self._ready_sent = True
                 self.notifier.ready(self.view.summary())
-            self._timers(now)
+            self._guarded(self._timers, now)
             self._wedge_if_asked()
         self._shutdown()
         return 0
+
+    def _guarded(self, step: Callable[..., None], *args: object) -> None:
+        """One step of the loop; a bug or an unexpected error in it is logged, and the loop goes on."""
+        try:
+            step(*args)
+        except Exception:  # nothing may take the watchdog down; the error is logged whole
+            log.exception("internal error in %s: the daemon carries on", getattr(step, "__name__", step))
 
     def _handle(self, message: WatchEvent | DrainDone) -> None:
         if isinstance(message, DrainDone):
@@ -241,8 +249,14 @@ class Daemon:
         self.notifier.status(self.view.summary())
 
     def _resume(self) -> None:
-        """A drain the previous run did not finish goes on, with its deadline and its signals."""
+        """A drain the previous run did not finish goes on, with its deadline and its signals; an event
+        the previous run had not drained yet gets its drain."""
         episode = self.lifecycle.drain
+        if episode is None:
+            waiting = self.lifecycle.start_waiting(self._wall())
+            if waiting:
+                self._apply(waiting)
+                return
         if episode is not None:
             log.warning(
                 "resuming the drain started at %.0f: deadline unchanged (%.0f s left)",
@@ -267,13 +281,22 @@ class Daemon:
         self._persisted = threading.Event()
 
         def run() -> None:
-            holders = self.scanner.scan().holders
+            record: DrainRecord | None = None
+            try:
+                record = attempt()
+            except Exception:  # reported to the loop, which starts the drain again
+                log.exception("the drain failed; starting it again with the same deadline")
+            finally:
+                self.inbox.put(DrainDone(record))
+
+        def attempt() -> DrainRecord:
+            holders = self._first_scan()
             log.warning(
                 "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
                 len(holders), source, deadline - self._wall(), self.config.on_timeout,
                 extra=fields("drain_started", event=source, state="draining"),
             )  # fmt: skip
-            record = drain(
+            return drain(
                 holders,
                 scanner=self.scanner,
                 deadline=self._deadline_mono,
@@ -288,10 +311,20 @@ class Daemon:
                 on_update=self.view.drain_update,
                 clock=self.clock,
             )
-            self.inbox.put(DrainDone(record))
 
         self._drain_thread = threading.Thread(target=run, name="drain", daemon=True)
         self._drain_thread.start()
+
+    def _first_scan(self) -> tuple[Holder, ...]:
+        """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""
+        for attempt in range(FIRST_SCAN_TRIES):
+            try:
+                return tuple(self.scanner.scan().holders)
+            except Exception:  # logged; tried again, then the drain attempt fails
+                log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
+                if attempt + 1 == FIRST_SCAN_TRIES or self.stop.wait(0.2):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _intents(self, intents: Sequence[tuple[ProcessIdentity, int]]) -> None:
         """Write-ahead for a wave of signals: one write, after the drain's own state is on disk."""
@@ -314,14 +347,18 @@ class Daemon:
                 dry, name, identity.pid, process, identity.start_time, result.value, extra=journal,
             )  # fmt: skip
 
-    def _drain_done(self, record: DrainRecord) -> None:
+    def _drain_done(self, record: DrainRecord | None) -> None:
         self._drain_thread = None
         self._next_scan = 0.0  # refresh the holders gauge now, not in HOLDER_REFRESH s
+        if record is None:
+            if self.lifecycle.drain is not None and not self.stop.is_set():
+                self._start_drain("retry", self.lifecycle.drain.deadline, resume=True)
+            return
         self.view.last_record = record
         outcome = record.outcome or Outcome.INTERRUPTED
         if outcome is Outcome.INTERRUPTED:
             return  # the daemon is stopping: the state file keeps the drain for the next start
-        self.lifecycle.drain_finished(outcome.value)
+        waiting = self.lifecycle.drain_finished(outcome.value, self._wall())
         self.metrics.drains.labels(outcome.value).inc()
         if record.ended is not None:
             self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
@@ -336,7 +373,10 @@ class Daemon:
             "on_drain_end", event.source if event else "", event.value if event else "",
             event.event_id if event else "", outcome.value,
         )  # fmt: skip
-        self._changed()
+        if waiting:
+            self._apply(waiting)  # an event that started while this drain was being cancelled
+        else:
+            self._changed()
 
     # -- helpers -------------------------------------------------------------------------------------
 

@@ -27,7 +27,8 @@ WATCH_SILENT_AFTER = 180.0  # ... or a watch has had neither an answer nor a cla
 
 def to_records(life: Lifecycle, config: Config) -> tuple[list[EventRecord], DrainState | None, str | None]:
     events = [
-        EventRecord(e.source, e.value, e.event_id, e.first_seen, e.drained) for e in life.events.values()
+        EventRecord(e.source, e.value, e.event_id, e.first_seen, e.drained, e.deadline)
+        for e in life.events.values()
     ]
     drain = None
     if life.drain is not None:
@@ -37,14 +38,21 @@ def to_records(life: Lifecycle, config: Config) -> tuple[list[EventRecord], Drai
     return events, drain, life.last_outcome
 
 
-def from_records(state: State) -> Lifecycle:
+def from_records(state: State, default_grace: float = 300.0) -> Lifecycle:
+    """The lifecycle a state file describes. A drain none of whose events is still active was being
+    cancelled when the daemon stopped: it is over (cancelled), not resumed."""
     life = Lifecycle()
     for e in state.events:
-        life.events[e.source] = Event(e.event_id, e.source, e.value, e.first_seen, e.drained)
+        deadline = e.deadline if e.deadline is not None else e.first_seen + default_grace
+        life.events[e.source] = Event(e.event_id, e.source, e.value, e.first_seen, e.drained, deadline)
+    life.last_outcome = state.last_outcome
     if state.drain is not None:
         d = state.drain
-        life.drain = Episode(list(d.event_ids), d.started_at, d.deadline_at)
-    life.last_outcome = state.last_outcome
+        live = {e.event_id for e in life.events.values()}
+        if live.intersection(d.event_ids):
+            life.drain = Episode(list(d.event_ids), d.started_at, d.deadline_at)
+        else:
+            life.last_outcome = "cancelled"
     return life
 
 

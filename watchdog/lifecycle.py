@@ -49,13 +49,14 @@ class Trigger:
 
 @dataclass
 class Event:
-    """One episode of a source asking for a drain."""
+    """One episode of a source asking for a drain, and the deadline its grace gives it."""
 
     event_id: str
     source: str
     value: str
     first_seen: float
     drained: bool = False
+    deadline: float | None = None  # first_seen + the grace of its trigger
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Episode:
     event_ids: list[str]
     started: float
     deadline: float
+    cancelling: bool = False  # asked to stop: a new event waits for it to end, then gets its own drain
 
 
 @dataclass(frozen=True)
@@ -120,20 +122,22 @@ class Lifecycle:
         if current is not None:
             current.value = trigger.value
             return self._maybe_move(current, now + trigger.grace)
-        event = Event(f"{source}:{trigger.value}@{now:.3f}", source, trigger.value, now)
+        event = Event(
+            f"{source}:{trigger.value}@{now:.3f}", source, trigger.value, now, False, now + trigger.grace
+        )
         self.events[source] = event
         actions: list[Action] = [EventStarted(event)]
         if self.drain is None:
-            self.drain = Episode([event.event_id], now, now + trigger.grace)
-            self.last_outcome = None
-            actions.append(StartDrain(event, now, self.drain.deadline))
-        else:
+            actions.extend(self._start([event], now))
+        elif not self.drain.cancelling:
             self.drain.event_ids.append(event.event_id)
             actions.extend(self._maybe_move(event, now + trigger.grace))
+        # else: the running drain is being cancelled; this event gets its own drain when it has ended.
         return actions
 
-    def drain_finished(self, outcome: str) -> list[Action]:
-        """The drain engine is done. Its events are covered: they never drain again."""
+    def drain_finished(self, outcome: str, now: float) -> list[Action]:
+        """The drain engine is done. Its events are covered: they never drain again. An event that
+        started while the drain was being cancelled gets its own drain now."""
         if self.drain is None:
             return []
         covered = set(self.drain.event_ids)
@@ -142,7 +146,18 @@ class Lifecycle:
                 event.drained = True
         self.drain = None
         self.last_outcome = outcome
-        return []
+        return self.start_waiting(now)
+
+    def start_waiting(self, now: float) -> list[Action]:
+        """A drain for the active events no drain has covered yet (none if a drain is running)."""
+        waiting = [e for e in self.events.values() if not e.drained]
+        return self._start(waiting, now) if waiting and self.drain is None else []
+
+    def _start(self, events: list[Event], now: float) -> list[Action]:
+        deadline = min(e.deadline if e.deadline is not None else now for e in events)
+        self.drain = Episode([e.event_id for e in events], now, deadline)
+        self.last_outcome = None
+        return [StartDrain(min(events, key=lambda e: e.first_seen), now, deadline)]
 
     def _maybe_move(self, event: Event, deadline: float) -> list[Action]:
         if (
@@ -159,7 +174,8 @@ class Lifecycle:
         actions: list[Action] = [EventCleared(event)]
         if self.drain is not None:
             live = {e.event_id for e in self.events.values()}
-            if not live.intersection(self.drain.event_ids):
+            if not live.intersection(self.drain.event_ids) and not self.drain.cancelling:
+                self.drain.cancelling = True
                 actions.append(CancelDrain(f"{event.source} went back to normal ({event.value} cleared)"))
         if not self.events and self.drain is None:
             self.last_outcome = None

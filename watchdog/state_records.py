@@ -107,6 +107,7 @@ class EventRecord:
     event_id: str
     first_seen: float
     drained: bool = False
+    deadline: float | None = None  # when its drain must end (first_seen + the grace of its trigger)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -115,6 +116,7 @@ class EventRecord:
             "id": self.event_id,
             "first_seen": self.first_seen,
             "drained": self.drained,
+            "deadline": self.deadline,
         }
 
     @classmethod
@@ -123,9 +125,11 @@ class EventRecord:
         drained = r.data.get("drained", False)
         if not isinstance(drained, bool):
             raise StateFormatError(f"{where}.drained: expected true or false, got {drained!r:.60}")
+        deadline = r.optional_time("deadline") if "deadline" in r.data else None
         return cls(
-            r.string("source"), r.string("value", empty=True), r.string("id"), r.time("first_seen"), drained
-        )
+            r.string("source"), r.string("value", empty=True), r.string("id"), r.time("first_seen"), drained,
+            deadline,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
