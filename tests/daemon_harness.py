@@ -18,7 +18,7 @@ from watchdog.hooks import HookRunner
 from watchdog.metadata.backoff import Backoff
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.transport import MetadataTransport
-from watchdog.metadata.watch import MetadataWatcher, WatchTiming
+from watchdog.metadata.watch import MetadataWatcher, WatchMode, WatchTiming
 from watchdog.metrics import Metrics
 from watchdog.notify import Notifier
 from watchdog.statefile import StateStore
@@ -82,8 +82,12 @@ class DaemonHarness:
 
     def __enter__(self) -> DaemonHarness:
         self.thread.start()
-        wait_for(lambda: len(self.daemon.view.values) == 3, what="the first value of every watched key")
+        wait_for(self.every_key_answered, what="the first value of every watched key (or its 404)")
         return self
+
+    def every_key_answered(self) -> bool:
+        unsupported = sum(s.mode is WatchMode.UNSUPPORTED for s in self.daemon.watcher.statuses())
+        return len(self.daemon.view.values) + unsupported == len(self.daemon.watcher.watches)
 
     def __exit__(self, *_: object) -> None:
         self.close()

@@ -183,3 +183,17 @@ def test_a_drain_that_was_being_cancelled_is_not_resumed(
         assert harness.daemon.lifecycle.last_outcome == "cancelled"
     assert child.alive()
     never_said_term(child)
+
+
+def test_an_event_of_a_key_this_machine_lacks_clears(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    """A drained upcoming-maintenance event in the state file, and the key now answers 404."""
+    fake.set(MAINTENANCE, "NONE")
+    fake.delete("instance/upcoming-maintenance")
+    store = StateStore(str(tmp_path / "state"))
+    event = EventRecord("upcoming-maintenance", "SCHEDULED window_start=?", "ev-up", time.time() - 60, True)
+    store.save_lifecycle([event], None, "exited")
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        harness.wait_state("idle")
+        assert harness.daemon.lifecycle.events == {}

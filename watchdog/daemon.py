@@ -162,6 +162,9 @@ class Daemon:
             )
         elif isinstance(message, KeyUnsupported):
             log.warning("metadata %s is not supported on this machine (404): no longer watched", message.key)
+            # A key this machine lacks asks for nothing: an event of it (restored from the state file)
+            # would otherwise never clear.
+            self._apply(self.lifecycle.observe(source_of(message.key), None, self._wall()))
 
     def _value_changed(self, message: ValueChanged) -> None:
         self._last_error_kind.pop(message.key, None)
