@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.common import percentile
+
 REPO = Path(__file__).resolve().parents[1]
 EVENTS = 50
 OTHERS = 300
@@ -145,11 +147,6 @@ for process in [holder, *sleepers]:
     process.wait()
 print(json.dumps(results))
 """
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def run() -> str:

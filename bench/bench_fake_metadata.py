@@ -14,6 +14,7 @@ import statistics
 import threading
 import time
 
+from bench.common import wait_until
 from watchdog.fake.server import FakeMetadataServer
 
 KEY = "instance/maintenance-event"
@@ -25,13 +26,6 @@ WAKE_GOAL_P99_MS = 20.0
 FAN_OUT_GOAL_S = 1.0
 STOP_GOAL_S = 1.0
 VALUES = ("TERMINATE_ON_HOST_MAINTENANCE", "NONE")
-
-
-def _wait_until(condition: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "benchmark precondition timed out"
-        time.sleep(0.0005)
 
 
 def _connection(fake: FakeMetadataServer) -> http.client.HTTPConnection:
@@ -67,7 +61,7 @@ def measure_wake() -> list[float]:
 
                 thread = threading.Thread(target=client)
                 thread.start()
-                _wait_until(lambda: fake.hanging() == 1)
+                wait_until(lambda: fake.hanging() == 1)
                 sent = time.perf_counter()
                 fake.set(KEY, value)
                 thread.join(30)
@@ -93,7 +87,7 @@ def _hang_many(fake: FakeMetadataServer, answers: list[float]) -> list[threading
     threads = [threading.Thread(target=client) for _ in range(FAN_OUT)]
     for thread in threads:
         thread.start()
-    _wait_until(lambda: fake.hanging() == FAN_OUT)
+    wait_until(lambda: fake.hanging() == FAN_OUT)
     return threads
 
 

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 
+from bench.common import percentile
 from watchdog.hooks import HookContext, HookRunner
 from watchdog.process import ProcessIdentity
 from watchdog.state_records import DrainState, EventRecord
@@ -23,11 +24,6 @@ GOAL_ALL_INTENTS_S = 2.0
 # run_hook must not wait for the hook (0.5 s here), nor for a thread to start: it only queues the run.
 GOAL_RUN_HOOK_MAX_MS = 5.0
 HOOK_RUNS = 30
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def _state_writes(state_dir: str) -> tuple[list[float], float]:
@@ -64,7 +60,7 @@ def run() -> str:
     with tempfile.TemporaryDirectory(prefix="bench-state-", dir="/tmp") as state_dir:
         intents, total = _state_writes(state_dir)
     hooks = _hook_returns()
-    intent_p95 = _percentile(intents, 0.95)
+    intent_p95 = percentile(intents, 0.95)
     hook_max = max(hooks)
 
     def verdict(ok: bool) -> str:
@@ -87,7 +83,7 @@ def run() -> str:
             f"| intent + sent for all {HOLDERS} holders | {total:.2f} s | < {GOAL_ALL_INTENTS_S:.0f} s | "
             f"{verdict(total < GOAL_ALL_INTENTS_S)} |",
             f"| `run_hook` return median | {statistics.median(hooks):.2f} ms | | |",
-            f"| `run_hook` return p95 | {_percentile(hooks, 0.95):.2f} ms | | |",
+            f"| `run_hook` return p95 | {percentile(hooks, 0.95):.2f} ms | | |",
             f"| `run_hook` return max | {hook_max:.2f} ms | < {GOAL_RUN_HOOK_MAX_MS:.0f} ms | "
             f"{verdict(hook_max < GOAL_RUN_HOOK_MAX_MS)} |",
             "",

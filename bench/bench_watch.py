@@ -13,6 +13,7 @@ import statistics
 import threading
 import time
 
+from bench.common import percentile, wait_until
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.keys import DEFAULT_KEYS, MAINTENANCE_EVENT
 from watchdog.metadata.transport import MetadataTransport
@@ -23,13 +24,6 @@ LATENCY_GOAL_P99_MS = 20.0
 IDLE_TIMEOUT_SEC = 5
 IDLE_SECONDS = 60.0
 VALUES = ("TERMINATE_ON_HOST_MAINTENANCE", "NONE")
-
-
-def _wait_until(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "benchmark precondition timed out"
-        time.sleep(0.0005)
 
 
 def measure_latency() -> list[float]:
@@ -50,7 +44,7 @@ def measure_latency() -> list[float]:
         control = http.client.HTTPConnection(host, int(port), timeout=10)
         try:
             for i in range(CHANGES):
-                _wait_until(lambda: fake.store.waiting() == 1)  # the watch is hanging again
+                wait_until(lambda: fake.store.waiting() == 1)  # the watch is hanging again
                 value = VALUES[i % 2]
                 sent = time.perf_counter()
                 control.request("PUT", f"/_fake/v1/{MAINTENANCE_EVENT}", body=value.encode())
@@ -73,7 +67,7 @@ def measure_idle() -> dict[str, float]:
     with FakeMetadataServer(listen="127.0.0.1:0") as fake, MetadataTransport(fake.address) as transport:
         watcher = MetadataWatcher(transport, lambda _: None, stop, timeout_sec=IDLE_TIMEOUT_SEC)
         watcher.start()
-        _wait_until(lambda: fake.store.waiting() == len(DEFAULT_KEYS))
+        wait_until(lambda: fake.store.waiting() == len(DEFAULT_KEYS))
         before = {status.key: status.requests for status in watcher.statuses()}
         stop.wait(IDLE_SECONDS)
         after = {status.key: status.requests for status in watcher.statuses()}
@@ -82,14 +76,9 @@ def measure_idle() -> dict[str, float]:
     return {key: (after[key] - before[key]) * 60.0 / IDLE_SECONDS for key in DEFAULT_KEYS}
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
 def run() -> str:
     latencies = measure_latency()
-    p50, p99 = _percentile(latencies, 0.50), _percentile(latencies, 0.99)
+    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
     idle = measure_idle()
     idle_goal = 60.0 / IDLE_TIMEOUT_SEC + 1
     worst_idle = max(idle.values())

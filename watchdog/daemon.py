@@ -185,7 +185,7 @@ class Daemon:
             start = notice.window_start.timestamp() if notice and notice.window_start else None
             end = notice.window_end.timestamp() if notice and notice.window_end else None
             self.metrics.set_window(start, end)
-        self.view.values[source] = value
+        self.view.values = {**self.view.values, source: value}  # replaced whole: HTTP threads read it
         self._apply(
             self.lifecycle.observe(source, trigger(value, self.policy, self.clock.wall()), self._wall())
         )
