@@ -26,7 +26,13 @@ from watchdog.statefile import StateStore
 MAINTENANCE = "instance/maintenance-event"
 PREEMPTED = "instance/preempted"
 UPCOMING = "instance/upcoming-maintenance"
-FAST = WatchTiming(read_margin_sec=2.0, request_timeout_sec=2.0, spin_guard_sec=0.05, poll_interval_sec=1.0)
+FAST = WatchTiming(
+    read_margin_sec=2.0,
+    request_timeout_sec=2.0,
+    spin_guard_sec=0.05,
+    poll_interval_sec=1.0,
+    unsupported_recheck_sec=0.5,
+)
 
 
 def harness_config(state_dir: Path, workloads: Workloads, **overrides: Any) -> Config:

@@ -144,7 +144,6 @@ class Daemon:
             self._drain_done(message.record)
             return
         self._answered.add(message.key)
-        self.view.heard(message)
         if isinstance(message, ValueChanged):
             self._value_changed(message)
         elif isinstance(message, WatchFailed):
@@ -161,10 +160,16 @@ class Daemon:
                 extra=fields("metadata_error", endpoint=source_of(message.key), kind=kind),
             )
         elif isinstance(message, KeyUnsupported):
-            log.warning("metadata %s is not supported on this machine (404): no longer watched", message.key)
+            source = source_of(message.key)
+            if source in self.view.values:
+                # It answered in this run: a passing 404 (a server hiccup) is no reason to drop an event.
+                log.warning("metadata %s answers 404 after answering before: asking again", message.key)
+                return
+            log.warning("metadata %s is not supported on this machine (404): asking again now and then",
+                        message.key)  # fmt: skip
             # A key this machine lacks asks for nothing: an event of it (restored from the state file)
             # would otherwise never clear.
-            self._apply(self.lifecycle.observe(source_of(message.key), None, self._wall()))
+            self._apply(self.lifecycle.observe(source, None, self._wall()))
 
     def _value_changed(self, message: ValueChanged) -> None:
         self._last_error_kind.pop(message.key, None)
@@ -245,11 +250,29 @@ class Daemon:
         """Persist, then show: the state file first, so a crash right now loses nothing."""
         self.store.save_lifecycle(*to_records(self.lifecycle, self.config))
         self._persisted.set()
+        self._report_persistence()
         state = self.lifecycle.state.value
         self.metrics.set_state(state)
         if self.lifecycle.drain is None:
             self.metrics.set_deadline(None)
         self.notifier.status(self.view.summary())
+
+    def _report_persistence(self) -> None:
+        """A state file that cannot be written is loud: metric, /status, STATUS=, and an error per change.
+        The drain goes on from memory either way (any thread may call this; each value is replaced whole)."""
+        error = self.store.write_error
+        why = None if error is None else f"{self.store.path}: {error.strerror or error}"
+        if why == self.view.state_error:
+            return
+        self.view.state_error = why
+        self.metrics.state_persisted.set(0 if why else 1)
+        if why:
+            log.error(
+                "STATE IS NOT PERSISTED (%s): draining from memory; a restart now would forget this drain",
+                why, extra=fields("state_not_persisted"),
+            )  # fmt: skip
+        else:
+            log.warning("state is persisted again: %s", self.store.path, extra=fields("state_persisted"))
 
     def _resume(self) -> None:
         """A drain the previous run did not finish goes on, with its deadline and its signals; an event
@@ -334,9 +357,11 @@ class Daemon:
         if not self._persisted.wait(timeout=PERSIST_WAIT):
             log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
         self.store.record_intents([(i, signum, self.view.name_of(i)) for i, signum in intents])
+        self._report_persistence()
 
     def _sents(self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]]) -> None:
         self.store.record_sents([(i, signum, result.value) for i, signum, result in sent])
+        self._report_persistence()
         dry = "[dry run] " if self.config.dry_run else ""
         for identity, signum, result in sent:
             name = signal.Signals(signum).name

@@ -17,12 +17,14 @@ from watchdog.config import Config
 from watchdog.drain_record import DrainRecord
 from watchdog.lifecycle import Episode, Event, Lifecycle
 from watchdog.metadata.values import WatchedValue
-from watchdog.metadata.watch import MetadataWatcher, WatchEvent, WatchFailed, WatchMode
+from watchdog.metadata.watch import MetadataWatcher, WatchMode
 from watchdog.process import Holder, ProcessIdentity
 from watchdog.state_records import DrainState, EventRecord, State
 
-LOOP_SILENT_AFTER = 30.0  # /healthz fails when the loop has not ticked for this long
-WATCH_SILENT_AFTER = 180.0  # ... or a watch has had neither an answer nor a classified error this long
+LOOP_SILENT_AFTER = 30.0  # /healthz and /livez fail when the loop has not ticked for this long
+# /healthz fails when a watched key has had no good answer for this long: errors retried within it are
+# weather (a 503 storm, a restart of the metadata server); past it, this host could miss an event.
+METADATA_TOLERANCE = 180.0
 
 
 def to_records(life: Lifecycle, config: Config) -> tuple[list[EventRecord], DrainState | None, str | None]:
@@ -77,15 +79,13 @@ class StatusView:
         self.record: DrainRecord | None = None  # the drain in progress, as last published
         self.last_record: DrainRecord | None = None
         self.host: dict[str, str] = {}
+        self.metadata_tolerance = METADATA_TOLERANCE
+        self.state_error: str | None = None  # why the state file is not being written, while it is not
+        self._started = clock.wall()
         self._last_tick = clock.monotonic()
-        self._last_failure: dict[str, float] = {}
 
     def loop_ticked(self) -> None:
         self._last_tick = self.clock.monotonic()
-
-    def heard(self, event: WatchEvent) -> None:
-        if isinstance(event, WatchFailed):
-            self._last_failure = {**self._last_failure, event.key: event.at}
 
     def drain_update(self, record: DrainRecord) -> None:
         self.record = record
@@ -100,23 +100,38 @@ class StatusView:
         life = self.lifecycle
         state = life.state.value
         events = ", ".join(f"{e.source}={e.value}" for e in life.events.values())
+        unsaved = "; STATE NOT PERSISTED" if self.state_error else ""
         if life.drain is not None:
             left = max(0.0, life.drain.deadline - self.clock.wall())
             dry = " (dry run)" if self.config.dry_run else ""
-            return f"{state}: {events}; {left:.0f} s to the deadline{dry}"
-        return f"{state}: {events}" if events else f"{state}: watching the metadata server"
+            return f"{state}: {events}; {left:.0f} s to the deadline{dry}{unsaved}"
+        return (f"{state}: {events}" if events else f"{state}: watching the metadata server") + unsaved
 
-    def health(self) -> tuple[bool, str]:
+    def liveness(self) -> tuple[bool, str]:
+        """The process works (its loop ticks): what a restart could fix. A metadata outage is not."""
         silent = self.clock.monotonic() - self._last_tick
         if silent > LOOP_SILENT_AFTER:
             return False, f"unhealthy: the main loop has not ticked for {silent:.0f} s"
+        return True, "ok"
+
+    def health(self) -> tuple[bool, str]:
+        """Live, and every watched key answered well within `metadata_tolerance` (errors are retried
+        meanwhile and counted in tpu_watchdog_metadata_errors_total)."""
+        live, reason = self.liveness()
+        if not live:
+            return live, reason
         now = self.clock.wall()
         for status in self.watcher.statuses():
             if status.mode in (WatchMode.UNSUPPORTED, WatchMode.STOPPED):
                 continue
-            heard = max(status.last_success or 0.0, self._last_failure.get(status.key, 0.0))
-            if heard and now - heard > WATCH_SILENT_AFTER:
-                return False, f"unhealthy: no answer nor error from {status.key} for {now - heard:.0f} s"
+            since = status.last_success or self._started
+            if now - since > self.metadata_tolerance:
+                error = status.last_error.value if status.last_error else "no answer"
+                what = "no good answer" if status.last_success else "no good answer since start"
+                return False, (
+                    f"unhealthy: {what} from {status.key} for {now - since:.0f} s "
+                    f"(tolerance {self.metadata_tolerance:g} s; last error: {error})"
+                )
         return True, "ok"
 
     def readiness(self) -> tuple[bool, str]:
@@ -165,5 +180,6 @@ class StatusView:
                 for s in self.watcher.statuses()
             },
             "host": self.host,
+            "state_file": {"persisted": self.state_error is None, "error": self.state_error},
             "now": now,
         }

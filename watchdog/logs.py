@@ -22,6 +22,8 @@ MESSAGE_IDS = {
     "metadata_error": "7e36193ed2a74f6ab1e862481512dfd9",
     "state_recovered": "31abcf04de2f4c138ed545eb26e644fc",
     "daemon_started": "98ae34cc9a444eddb7d4c13f76fa4bdd",
+    "state_not_persisted": "224f559d3b3c44c09e7f05dd57fe3272",
+    "state_persisted": "b4e9931f8d6f4c079e2b383f5d1d32c8",
 }
 
 LEVELS = ("debug", "info", "warning", "error")

@@ -77,6 +77,12 @@ class Metrics:
             "When a metadata request last succeeded (any watched key).",
             registry=r,
         )
+        self.state_persisted = Gauge(
+            "tpu_watchdog_state_persisted",
+            "1 while the state file is written; 0 when writes fail (full or read-only disk): a restart "
+            "would forget a drain in progress.",
+            registry=r,
+        )
         self.build_info = Gauge("tpu_watchdog_build_info", "Always 1; the version.", ["version"], registry=r)
         self.host_info = Gauge(
             "tpu_watchdog_host_info",
@@ -100,6 +106,7 @@ class Metrics:
         self.set_window(None, None)
         self.drain_deadline.set(math.nan)
         self.build_info.labels(__version__).set(1)
+        self.state_persisted.set(1)
         self.set_host_info({})
 
     def set_state(self, state: str) -> None:

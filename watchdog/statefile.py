@@ -15,6 +15,7 @@ import glob
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -151,16 +152,39 @@ class StateStore:
             self._write(change(self._state))
 
     def _prepare_dir(self) -> None:
+        """Create the directory (0700), or refuse one others could plant files in. A directory that exists
+        but cannot be written (read-only, full) is no reason to leave the host unprotected: the daemon
+        runs with its state in memory, and says so (`write_error`, the journal, a metric)."""
         try:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
-            probe = tempfile.NamedTemporaryFile(dir=self.dir, prefix=".probe-")  # noqa: SIM115 - closed at once
-            probe.close()
+            info = os.stat(self.dir)
         except OSError as error:
             raise StateDirError(
                 error.errno,
-                f"state dir {self.dir}: cannot create or write it ({error.strerror}); "
+                f"state dir {self.dir}: cannot create it ({error.strerror}); "
                 "fix its permissions or choose another with --state-dir",
             ) from None
+        if info.st_uid != os.geteuid():
+            raise StateDirError(
+                errno.EPERM,
+                f"state dir {self.dir} is owned by uid {info.st_uid}, not by this daemon (uid "
+                f"{os.geteuid()}): whoever owns it could plant a state file; chown it or use --state-dir",
+            )
+        if info.st_mode & 0o022:
+            log.warning("state: %s was group/other-writable (mode %o): made 0700", self.dir, info.st_mode)
+            with contextlib.suppress(OSError):  # a read-only directory: the probe below says so
+                os.chmod(self.dir, 0o700)
+        try:
+            probe = tempfile.NamedTemporaryFile(dir=self.dir, prefix=".probe-")  # noqa: SIM115 - closed at once
+            probe.close()
+        except OSError as error:
+            log.error(
+                "state: cannot write in %s (%s): STATE IS NOT PERSISTED; drains still run, from memory; "
+                "a restart would forget them. Free space or make the directory writable",
+                self.dir,
+                error.strerror,
+            )
+            self.write_error = error
 
     def _write(self, state: State) -> None:
         """Atomically replace the file with `state`; the in-memory state follows even if the disk fails."""
@@ -189,13 +213,13 @@ class StateStore:
     def _load(self) -> State:
         clean = State(self.boot_id)
         try:
-            with open(self.path, "rb") as handle:
-                raw = handle.read(MAX_BYTES + 1)
+            raw = _read_regular(self.path, MAX_BYTES + 1)
         except FileNotFoundError:
             return clean
         except OSError as error:
-            log.error("state: cannot read %s (%s): starting clean", self.path, error)
-            self._set_aside("corrupt", f"unreadable: {error}")
+            why = "a symlink, never followed" if error.errno == errno.ELOOP else f"unreadable: {error}"
+            log.error("state: cannot read %s (%s): starting clean", self.path, why)
+            self._set_aside("corrupt", why)
             return clean
         try:
             if len(raw) > MAX_BYTES:
@@ -239,11 +263,31 @@ def _link_unique(source: str, target: str) -> str:
     for n in range(1000):
         candidate = target if n == 0 else f"{target}-{n}"
         try:
-            os.link(source, candidate)
+            os.link(source, candidate, follow_symlinks=False)  # a planted symlink is moved, not its target
         except FileExistsError:
             continue
         return candidate
     raise FileExistsError(errno.EEXIST, "no free name", target)
+
+
+def _read_regular(path: str, limit: int) -> bytes:
+    """Up to `limit` bytes of a regular file, never through a symlink (ELOOP) and never blocking on a
+    planted FIFO or device: the state directory is ours, anything else in it is not trusted."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit:
+            chunk = os.read(fd, limit - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:

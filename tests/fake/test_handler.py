@@ -80,10 +80,36 @@ def test_garbage_fault_sends_binary_bytes(fake: FakeMetadataServer, session: req
     assert b"\x00" in answer.content
 
 
-def test_oversized_fault_sends_more_than_64_kib(fake: FakeMetadataServer, session: requests.Session) -> None:
+def test_oversized_fault_sends_2_mib_or_the_size_asked(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
     fake.add_fault(Fault(kind="oversized"))
-    answer = get(fake, session, ME)
-    assert len(answer.content) == OVERSIZED_BYTES > 64 * 1024
+    fake.add_fault(Fault(kind="oversized", size=70_000))
+    assert len(get(fake, session, ME).content) == OVERSIZED_BYTES == 2 * 1024 * 1024
+    assert len(get(fake, session, ME).content) == 70_000
+
+
+def test_trickle_fault_sends_the_right_body_a_byte_at_a_time(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
+    fake.add_fault(Fault(kind="trickle", seconds=0.4))
+    url = f"{fake.url}/computeMetadata/v1/{ME}"
+    with session.get(url, headers=FLAVOR, timeout=10, stream=True) as answer:
+        assert answer.headers["Content-Length"] == "4"  # headers first, then the body drips
+        pieces = list(answer.raw.stream(1))
+    assert b"".join(pieces) == b"NONE"
+    assert fake.requests()[-1].note == "fault:trickle"
+
+
+def test_etag_fault_answers_a_hanging_get_at_once_with_a_new_etag_and_the_same_value(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
+    etag = get(fake, session, ME).headers["ETag"]
+    fake.add_fault(Fault(kind="etag"))
+    answer = get(fake, session, ME, wait_for_change="true", last_etag=etag, timeout_sec="30")
+    assert answer.text == "NONE"
+    assert answer.headers["ETag"] != etag
+    assert get(fake, session, ME).headers["ETag"] == etag  # the store itself did not change
 
 
 def test_no_flavor_fault_drops_the_response_header(

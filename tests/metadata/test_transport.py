@@ -97,6 +97,8 @@ def _error(transport: MetadataTransport, **kwargs: object) -> MetadataError:
         (Fault(kind="oversized"), ErrorKind.BODY_TOO_LARGE),
         (Fault(kind="no_flavor"), ErrorKind.MISSING_FLAVOR),
         (Fault(kind="delay", seconds=30.0), ErrorKind.TIMEOUT),
+        # A byte every 0.2 s: each read is within the 0.3 s timeout, the whole body is not.
+        (Fault(kind="trickle", seconds=1.0), ErrorKind.TIMEOUT),
     ],
 )
 def test_every_fault_is_classified_and_the_next_request_works(

@@ -32,6 +32,7 @@ FAST = WatchTiming(
     spin_guard_sec=0.05,
     early_returns_before_polling=3,
     poll_interval_sec=0.2,
+    unsupported_recheck_sec=0.2,
 )
 NOTICE = {
     "type": "SCHEDULED",
@@ -246,17 +247,21 @@ def test_stop_ends_a_watch_mid_hang_within_a_second(
         assert recorder.failures() == []  # shutting down is not a failure
 
 
-def test_upcoming_maintenance_404_is_unsupported_once(
+def test_upcoming_maintenance_404_is_unsupported_once_and_asked_again_until_it_answers(
     fake: FakeMetadataServer, recorder: Recorder, start_watch: StartWatch
 ) -> None:
     fake.delete(UPCOMING_MAINTENANCE)
     watch = start_watch(UPCOMING_MAINTENANCE)
-    assert watch.join(5)
-    [event] = recorder.events()
+    asked = lambda: [r for r in fake.requests() if r.path == UPCOMING_MAINTENANCE]  # noqa: E731
+    wait_for(lambda: len(asked()) >= 3, what="the 404 key asked again")
+    [event] = recorder.events()  # said once, not on every recheck
     assert isinstance(event, KeyUnsupported)
     assert event.key == UPCOMING_MAINTENANCE
     assert watch.status().mode is WatchMode.UNSUPPORTED
-    assert len([r for r in fake.requests() if r.path == UPCOMING_MAINTENANCE]) == 1
+    assert all(r.status == 404 and "wait_for_change" not in r.query for r in asked())  # plain GETs
+    fake.set(UPCOMING_MAINTENANCE, NOTICE)  # a passing 404 (a hiccup) does not blind the watch for good
+    wait_for(lambda: len(recorder.values()) == 1, what="the notice after the 404s")
+    wait_for(lambda: watch.status().mode is WatchMode.HANGING, what="watched again")
 
 
 def test_upcoming_maintenance_503_nothing_scheduled_then_a_notice(

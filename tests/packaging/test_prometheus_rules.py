@@ -19,6 +19,7 @@ ALERTS = (
     "TPUWatchdogDown",
     "TPUWatchdogAbsent",
     "TPUWatchdogMetadataUnreachable",
+    "TPUWatchdogStateNotPersisted",
     "TPUMaintenancePending",
     "TPUDrainTimedOut",
     "TPUPreempted",
@@ -41,7 +42,7 @@ def test_promtool_check_rules_is_clean() -> None:
     checked = promtool("check", "rules", str(RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stderr == "", checked.stderr
-    assert "SUCCESS: 11 rules found" in checked.stdout, checked.stdout
+    assert "SUCCESS: 12 rules found" in checked.stdout, checked.stdout
 
 
 @needs_promtool

@@ -5,7 +5,8 @@ read the request log. No flavor header needed; these requests are not logged as 
     GET    /_fake/v1/<key>             the stored value, status and ETag
     DELETE /_fake/v1/<key>             the key is gone (404 from then on); 404 if it was not there
     POST   /_fake/reset                {"path": KEY} or {} (everything) back to the defaults
-    POST   /_fake/faults               {"kind": ..., "count": N, "status": 503, "seconds": 2.0, "path": KEY}
+    POST   /_fake/faults               {"kind": ..., "count": N, "status": 503, "seconds": 2.0, "path": KEY,
+                                       "size": BYTES}
     GET    /_fake/faults               pending faults;  DELETE /_fake/faults clears them
     GET    /_fake/requests             recent metadata requests (bounded ring)
 """

@@ -1,5 +1,6 @@
 """Injected failures: the next N matching metadata requests get a status, a reset, a delay, garbage, an
-oversized body, or an answer without the flavor header. The book is thread-safe; handlers `take` from it."""
+oversized body, an answer without the flavor header, a body that trickles out over `seconds`, or a fresh
+ETag with an unchanged value. The book is thread-safe; handlers `take` from it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any, Literal, cast, get_args
 
 from watchdog.fake.store import normalize_key
 
-FaultKind = Literal["status", "reset", "delay", "garbage", "oversized", "no_flavor"]
+FaultKind = Literal["status", "reset", "delay", "garbage", "oversized", "no_flavor", "trickle", "etag"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
-OVERSIZED_BYTES = 64 * 1024 + 4096  # over the 64 KiB a careful client accepts
+OVERSIZED_BYTES = 2 * 1024 * 1024  # 2 MiB: far over the 64 KiB a careful client accepts
+MAX_SIZE = 64 * 1024 * 1024  # an oversized body is built in memory: keep a typo from eating the fake's RAM
 GARBAGE = bytes(range(255, -1, -1))  # every byte value: NUL, control bytes, invalid UTF-8
 
 
@@ -26,6 +28,7 @@ class Fault:
     status: int = 503
     seconds: float = 2.0
     path: str | None = None
+    size: int = OVERSIZED_BYTES  # bytes of an "oversized" body
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -39,6 +42,8 @@ class Fault:
             raise ValueError(f"fault seconds must be a finite number, not {seconds!r}")
         if seconds < 0:
             raise ValueError(f"fault seconds must be >= 0, not {seconds!r}")
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or not 0 < self.size <= MAX_SIZE:
+            raise ValueError(f"fault size must be an integer 1..{MAX_SIZE}, not {self.size!r}")
         if self.path is not None:
             object.__setattr__(self, "path", normalize_key(self.path))
 
@@ -51,7 +56,7 @@ class Fault:
         if not isinstance(document, Mapping):
             raise ValueError('a fault is a JSON object like {"kind": "status", "status": 503, "count": 2}')
         fields = dict(cast(Mapping[str, Any], document))
-        unknown = set(fields) - {"kind", "count", "status", "seconds", "path"}
+        unknown = set(fields) - {"kind", "count", "status", "seconds", "path", "size"}
         if unknown:
             raise ValueError(f"unknown fault field(s): {', '.join(sorted(unknown))}")
         if "kind" not in fields:

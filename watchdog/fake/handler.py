@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import select
 import socket
 import socketserver
@@ -18,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 from watchdog.fake.answer import Answer, Query, QueryError, answer_metadata, error, parse_query
 from watchdog.fake.control import MAX_BODY, PREFIX, ControlRequest, handle_control
-from watchdog.fake.faults import GARBAGE, OVERSIZED_BYTES, FaultBook
+from watchdog.fake.faults import GARBAGE, FaultBook
 from watchdog.fake.listen import ListenAddress
 from watchdog.fake.requestlog import RequestLog, RequestRecord
 from watchdog.fake.store import MetadataStore
@@ -178,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         backend = self.server.backend
         arrived = time.time()
         flavor_present = self.headers.get("Metadata-Flavor") is not None
-        answer, flavor = self._metadata_answer(path, raw_query)
+        answer, flavor, trickle = self._metadata_answer(path, raw_query)
         if answer is None:
             status, note = 0, "fault:reset"
         elif answer.note == "abandoned":
@@ -192,37 +193,41 @@ class _Handler(BaseHTTPRequestHandler):
         elif answer.note == "abandoned":
             self.close_connection = True
         else:
-            self._send(answer, flavor=flavor)
+            self._send(answer, flavor=flavor, trickle=trickle)
 
-    def _metadata_answer(self, path: str, raw_query: str) -> tuple[Answer | None, bool]:
-        """The answer (None: reset the connection) and whether it carries the flavor header."""
+    def _metadata_answer(self, path: str, raw_query: str) -> tuple[Answer | None, bool, float]:
+        """The answer (None: reset the connection), whether it carries the flavor header, and over how
+        many seconds its body is to trickle out (0: at once)."""
         backend = self.server.backend
         if self.headers.get("X-Forwarded-For") is not None:
-            return error(403, "Request had an X-Forwarded-For header and was rejected."), True
+            return error(403, "Request had an X-Forwarded-For header and was rejected."), True, 0
         if self.headers.get("Metadata-Flavor") != "Google":
-            return error(403, "Missing Metadata-Flavor:Google header."), True
+            return error(403, "Missing Metadata-Flavor:Google header."), True, 0
         if self.command != "GET":
-            return replace(error(405, "Method Not Allowed"), headers=(("Allow", "GET"),)), True
+            return replace(error(405, "Method Not Allowed"), headers=(("Allow", "GET"),)), True, 0
         try:
             query = parse_query(raw_query)
         except QueryError as exc:
-            return error(400, str(exc)), True
+            return error(400, str(exc)), True, 0
         fault = backend.faults.take(path)
         if fault is None:
-            return answer_metadata(backend.store, path, query, backend.stop, self._client_gone), True
+            return answer_metadata(backend.store, path, query, backend.stop, self._client_gone), True, 0
         note = f"fault:{fault.kind}"
         if fault.kind == "reset":
-            return None, True
+            return None, True, 0
         if fault.kind == "status":
-            return error(fault.status, f"injected fault: HTTP {fault.status}", note=note), True
+            return error(fault.status, f"injected fault: HTTP {fault.status}", note=note), True, 0
         if fault.kind == "delay" and backend.stop.wait(fault.seconds):
-            return error(503, "the fake metadata server is stopping", note="stopped"), True
-        if fault.kind in ("garbage", "oversized"):
+            return error(503, "the fake metadata server is stopping", note="stopped"), True, 0
+        if fault.kind in ("garbage", "oversized", "etag"):
             now = answer_metadata(backend.store, path, Query(alt=query.alt), backend.stop)
-            body = GARBAGE if fault.kind == "garbage" else _oversized(now.body)
-            return replace(now, status=200, body=body, note=note), True
+            if fault.kind == "etag":  # at once, the same value, an ETag never seen before
+                return replace(now, etag=secrets.token_hex(8), note=note), True, 0
+            body = GARBAGE if fault.kind == "garbage" else _oversized(now.body, fault.size)
+            return replace(now, status=200, body=body, note=note), True, 0
         answer = answer_metadata(backend.store, path, query, backend.stop, self._client_gone)
-        return replace(answer, note=note), fault.kind != "no_flavor"
+        trickle = fault.seconds if fault.kind == "trickle" else 0.0
+        return replace(answer, note=note), fault.kind != "no_flavor", trickle
 
     def _client_gone(self) -> bool:
         """True when the client closed its end (a readable socket with nothing to read)."""
@@ -243,7 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         self.connection.close()  # the real close (an RST) comes when the handler closes its files
 
-    def _send(self, answer: Answer, flavor: bool = True) -> None:
+    def _send(self, answer: Answer, flavor: bool = True, trickle: float = 0.0) -> None:
         if answer.note == "stopped":
             self.close_connection = True
         self.send_response(answer.status)
@@ -260,13 +265,27 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(answer.body)
+                self._write_body(answer.body, trickle)
         except (BrokenPipeError, ConnectionResetError):
             # The client left (a watcher shutting its socket down on stop): nothing to answer, no error.
             self.close_connection = True
             log.debug("client %s left before its answer was sent", self.client_address)
 
+    def _write_body(self, body: bytes, trickle: float) -> None:
+        """The body at once, or (a trickle fault) a byte at a time spread evenly over `trickle` seconds."""
+        if trickle <= 0 or not body:
+            self.wfile.write(body)
+            return
+        self.wfile.flush()
+        pause = trickle / len(body)
+        for i in range(len(body)):
+            if self.server.backend.stop.wait(pause):
+                self.close_connection = True
+                return
+            self.wfile.write(body[i : i + 1])
+            self.wfile.flush()
 
-def _oversized(body: bytes) -> bytes:
+
+def _oversized(body: bytes, size: int) -> bytes:
     unit = body or b"X"
-    return (unit * (OVERSIZED_BYTES // len(unit) + 1))[:OVERSIZED_BYTES]
+    return (unit * (size // len(unit) + 1))[:size]

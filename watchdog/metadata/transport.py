@@ -2,8 +2,10 @@
 
 Never through a proxy (`trust_env = False`), always `Metadata-Flavor: Google`, never `X-Forwarded-For`;
 the answer must carry `Metadata-Flavor: Google` (else it is not the metadata server), a body of at most
-64 KiB, strictly UTF-8. `close()` may be called from another thread: it shuts down the sockets of requests in
-flight, so a hanging GET ends at once instead of after its timeout.
+64 KiB, strictly UTF-8, whole within the read timeout (a body trickling in a byte at a time would otherwise
+hold the watch forever, every byte resetting the per-read timeout). `close()` may be called from another
+thread: it shuts down the sockets of requests in flight, so a hanging GET ends at once instead of after its
+timeout.
 """
 
 from __future__ import annotations
@@ -227,7 +229,7 @@ class MetadataTransport:
         except requests.RequestException as exc:
             raise self._failure(exc, path) from exc
         with response:
-            return self._read(response, path, pass_statuses)
+            return self._read(response, path, pass_statuses, read_timeout)
 
     def _failure(self, exc: BaseException, path: str) -> MetadataError:
         kind = classify_exception(exc)
@@ -237,7 +239,7 @@ class MetadataTransport:
         return MetadataError(kind, path, detail)
 
     def _read(
-        self, response: requests.Response, path: str, pass_statuses: Collection[int]
+        self, response: requests.Response, path: str, pass_statuses: Collection[int], body_timeout: float
     ) -> MetadataResponse:
         status = response.status_code
         if response.headers.get(FLAVOR[0]) != FLAVOR[1]:
@@ -250,6 +252,17 @@ class MetadataTransport:
             )
         chunks: list[bytes] = []
         size = 0
+        expired = threading.Event()
+        connection = getattr(response.raw, "connection", None)
+
+        def expire() -> None:
+            expired.set()
+            if isinstance(connection, HTTPConnection):
+                _shutdown(connection)
+
+        timer = threading.Timer(body_timeout, expire)
+        timer.daemon = True
+        timer.start()
         try:
             for chunk in response.iter_content(chunk_size=16 * 1024):
                 size += len(chunk)
@@ -259,7 +272,12 @@ class MetadataTransport:
                     )
                 chunks.append(chunk)
         except requests.RequestException as exc:
+            if expired.is_set():
+                detail = f"body not complete within {body_timeout:g} s (trickling)"
+                raise MetadataError(ErrorKind.TIMEOUT, path, detail, status) from exc
             raise self._failure(exc, path) from exc
+        finally:
+            timer.cancel()
         try:
             body = b"".join(chunks).decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -73,6 +73,9 @@ class WatchTiming:
     spin_guard_sec: float = 1.0  # pause after a hanging GET that returned early with no change
     early_returns_before_polling: int = 3  # that many in a row on a may_poll key: switch to polling
     poll_interval_sec: float = 60.0
+    # A key that answered 404 is asked again this often: a machine that lacks it pays 2 GETs a minute, and
+    # a passing 404 (a metadata server hiccup) cannot blind the watch for good.
+    unsupported_recheck_sec: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class WatchStatus:
 
 
 class KeyWatch:
-    """Watches one key in its own thread until `stop` is set (or the key turns out to be unsupported)."""
+    """Watches one key in its own thread until `stop` is set."""
 
     def __init__(
         self,
@@ -150,7 +153,7 @@ class KeyWatch:
             self._status = replace(self._status, **changes)
 
     def run(self) -> None:
-        """The watch loop (the thread's target); returns when stopped or the key is unsupported."""
+        """The watch loop (the thread's target); returns when stopped."""
         try:
             self._loop()
         finally:
@@ -170,10 +173,10 @@ class KeyWatch:
                 if self._stop.is_set():
                     return
                 if exc.kind is ErrorKind.HTTP_404 and self._spec.unsupported_on_404:
-                    self._update(mode=WatchMode.UNSUPPORTED)
-                    log.warning("%s: not supported on this machine (404); no longer watched", self.key)
-                    self._send(KeyUnsupported(self.key, self._clock.wall()))
-                    return
+                    self._unsupported()
+                    resync = True
+                    self._stop.wait(self._timing.unsupported_recheck_sec)
+                    continue
                 if hanging and exc.status == 400 and self._spec.may_poll:
                     self._fall_back_to_polling(f"a hanging GET got HTTP 400 ({exc.detail})")
                     continue
@@ -189,6 +192,9 @@ class KeyWatch:
                 continue
             resync = False
             self._backoff.reset()
+            if mode is WatchMode.UNSUPPORTED:
+                log.warning("%s: answers again after a 404: watched again", self.key)
+                self._update(mode=WatchMode.HANGING)
             if mode is WatchMode.POLLING:
                 self._stop.wait(self._timing.poll_interval_sec)
             elif hanging and not changed and self._clock.monotonic() - started < self._timeout_sec / 2:
@@ -249,6 +255,18 @@ class KeyWatch:
         self._update(last_error=error.kind, error_counts=counts)
         log.warning("%s: %s (retrying)", self.key, error)
         self._send(WatchFailed(self.key, error, self._clock.wall()))
+
+    def _unsupported(self) -> None:
+        """Say once that the key is missing (404); the loop keeps asking, every unsupported_recheck_sec."""
+        if self.status().mode is WatchMode.UNSUPPORTED:
+            return
+        self._update(mode=WatchMode.UNSUPPORTED)
+        log.warning(
+            "%s: not supported on this machine (404); asking again every %g s",
+            self.key,
+            self._timing.unsupported_recheck_sec,
+        )
+        self._send(KeyUnsupported(self.key, self._clock.wall()))
 
     def _fall_back_to_polling(self, why: str) -> None:
         log.warning("%s: %s; polling every %g s instead", self.key, why, self._timing.poll_interval_sec)
