@@ -266,6 +266,9 @@ class KeyWatch:
             self.key,
             self._timing.unsupported_recheck_sec,
         )
+        # The first 404 counts as an error (a hiccup shows on the dashboard); the rechecks do not, or a
+        # machine that lacks the key would show a steady error rate while healthy.
+        self._failed(MetadataError(ErrorKind.HTTP_404, self.key, "HTTP 404: not supported here", 404))
         self._send(KeyUnsupported(self.key, self._clock.wall()))
 
     def _fall_back_to_polling(self, why: str) -> None:
