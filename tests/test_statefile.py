@@ -250,3 +250,74 @@ def test_only_the_newest_set_aside_files_are_kept(tmp_path: Path) -> None:
 def test_boot_id_of_this_machine_and_an_unreadable_one(tmp_path: Path) -> None:
     assert len(read_boot_id()) == 36
     assert read_boot_id(str(tmp_path / "missing")) == ""
+
+
+# -- a hostile or broken state directory ----------------------------------------------------------------
+
+
+def test_a_planted_symlink_is_never_followed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text('{"not": "ours"}')
+    target = tmp_path / "state"
+    target.mkdir(mode=0o700)
+    os.symlink(secret, target / STATE_FILE)
+    with caplog.at_level(logging.WARNING):
+        s = store(target)
+    assert s.state.empty
+    assert "a symlink, never followed" in caplog.text
+    assert not (target / STATE_FILE).exists()  # the link was moved aside (as a link), not its target
+    [aside] = list(target.glob(f"{STATE_FILE}.corrupt-*"))
+    assert aside.is_symlink()
+    begin(s)
+    assert secret.read_text() == '{"not": "ours"}'  # the write replaced no file through the link
+    assert not (target / STATE_FILE).is_symlink()
+
+
+def test_a_planted_fifo_does_not_block_the_start(tmp_path: Path) -> None:
+    target = tmp_path / "state"
+    target.mkdir(mode=0o700)
+    os.mkfifo(target / STATE_FILE)  # opening it for reading would wait for a writer forever
+    s = store(target)
+    assert s.state.empty
+    begin(s)
+    assert stat.S_ISREG(os.lstat(target / STATE_FILE).st_mode)
+
+
+def test_a_group_or_world_writable_dir_is_made_private(tmp_path: Path) -> None:
+    target = tmp_path / "state"
+    target.mkdir()
+    os.chmod(target, 0o777)  # noqa: S103 - the planted mistake under test
+    s = store(target)
+    begin(s)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(target / STATE_FILE).st_mode) == 0o600
+
+
+def test_a_dir_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "state"
+    target.mkdir(mode=0o700)
+    os.chown(target, os.geteuid() + 1000, -1)
+    with pytest.raises(StateDirError) as raised:
+        store(target)
+    assert "owned by uid" in str(raised.value)
+    assert "chown" in str(raised.value)
+
+
+def test_a_read_only_dir_at_start_runs_from_memory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Refusing to start would leave the host unprotected: the store runs in memory and says so."""
+    target = tmp_path / "state"
+    target.mkdir(mode=0o700)
+    os.chmod(target, 0o500)
+    if os.access(target, os.W_OK) and os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(target)], check=False)  # root ignores modes; immutable does not
+    try:
+        with caplog.at_level(logging.ERROR):
+            s = store(target)
+        if s.write_error is None:
+            pytest.skip("cannot make a read-only directory here (root without chattr)")
+        assert "STATE IS NOT PERSISTED" in caplog.text
+        begin(s)
+        assert s.state.drain is not None  # the in-memory state is the truth
+        assert s.write_error is not None
+    finally:
+        subprocess.run(["chattr", "-i", str(target)], check=False, capture_output=True)
