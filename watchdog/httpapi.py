@@ -1,21 +1,50 @@
-"""The daemon's one HTTP listener: /metrics, /healthz, /readyz, /status. Read-only by construction.
+"""The daemon's one HTTP listener: /metrics, /livez, /healthz, /readyz, /status. Read-only by construction.
 
 GET and HEAD only (anything else is 405 with an Allow header); no endpoint changes anything, so exposing it
 to a Prometheus server is safe. The answers come from a `Surface` the daemon implements.
+
+The listener parses request heads itself, under fixed limits and one deadline per head, because
+http.server's parser allows 64 KiB lines and 100 headers, waits forever on a silent client and quotes the
+request back in its error pages. No response carries a byte of the request: error bodies are fixed per status.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 log = logging.getLogger(__name__)
+
+MAX_REQUEST_LINE = 8 * 1024  # bytes, line end included: our paths are short; 8 KiB is what proxies allow
+MAX_HEADERS = 64  # Prometheus and kubelet send fewer than ten; room for proxies, not for a flood
+MAX_HEADER_BYTES = 16 * 1024  # all header lines together: bounds the memory one connection can hold
+CONNECTION_TIMEOUT = 10.0  # s for a whole request head, an idle keep-alive or a reply write (slowloris)
+MAX_CONNECTIONS = 32  # handled at once; beyond it a connection is closed at accept, not given a thread
+
+_TEXT = "text/plain; charset=utf-8"
+_ERRORS = {  # fixed bodies: nothing from the request is ever echoed back
+    400: b"bad request\n",
+    404: b"not found\n",
+    405: b"method not allowed: read-only endpoint\n",
+    413: b"request bodies are refused: read-only endpoint\n",
+    414: b"request line too long\n",
+    431: b"request headers too large\n",
+    500: b"internal error\n",
+    505: b"HTTP version not supported\n",
+}
+_HEAD_END = re.compile(rb"\n\r?\n")
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: methods and header names
+_TARGET = re.compile(rb"[\x21-\x7e]+")  # printable ASCII; no controls, spaces or raw 8-bit bytes
+_VERSION = re.compile(rb"HTTP/[0-9]\.[0-9]")
+_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")  # no controls: a bare CR or NUL is refused
 
 
 class Surface(Protocol):
@@ -25,8 +54,12 @@ class Surface(Protocol):
         """What `tpu-watchdog status` shows, as JSON-able data."""
         ...
 
+    def liveness(self) -> tuple[bool, str]:
+        """(live, reason): the main loop ticks; what a restart could fix (a liveness probe)."""
+        ...
+
     def health(self) -> tuple[bool, str]:
-        """(healthy, reason): every watch heard from recently and the main loop ticking."""
+        """(healthy, reason): live, and every watched key answered well within the tolerance."""
         ...
 
     def readiness(self) -> tuple[bool, str]:
@@ -42,45 +75,156 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class _RequestError(Exception):
+    """A request answered with an error status (and a closed connection) instead of a page."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _check_limits(head: bytes | bytearray) -> None:
+    """Refuse a head, complete or not, as soon as it passes a limit: no need to wait for the rest."""
+    line_end = head.find(b"\n", 0, MAX_REQUEST_LINE)
+    if line_end < 0:
+        if len(head) >= MAX_REQUEST_LINE:
+            raise _RequestError(414)
+    elif len(head) - line_end - 1 > MAX_HEADER_BYTES:
+        raise _RequestError(431)
+
+
+def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
+    """(method, target, version, fields by lower-case name) of a complete head; _RequestError if malformed.
+
+    Strict on purpose (RFC 9112): one space between the three words, header names are tokens, and bare
+    CRs, NULs and obs-fold lines are refused rather than guessed at.
+    """
+    request_line, *field_lines = (line.removesuffix(b"\r") for line in head.split(b"\n")[:-1])
+    words = request_line.split(b" ")
+    if len(words) != 3 or not (
+        _TOKEN.fullmatch(words[0]) and _TARGET.fullmatch(words[1]) and _VERSION.fullmatch(words[2])
+    ):
+        raise _RequestError(400)
+    if words[2] not in (b"HTTP/1.0", b"HTTP/1.1"):
+        raise _RequestError(505)
+    if len(field_lines) > MAX_HEADERS:
+        raise _RequestError(431)
+    fields: dict[str, str] = {}
+    for line in field_lines:
+        name, colon, raw = line.partition(b":")
+        raw = raw.strip(b" \t")
+        if not colon or not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(raw):
+            raise _RequestError(400)
+        key, value = name.decode("ascii").lower(), raw.decode("latin-1")
+        fields[key] = f"{fields[key]}, {value}" if key in fields else value
+    method, target, version = (word.decode("ascii") for word in words)
+    return method, target, version, fields
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    server_version = "tpu-watchdog"  # the Server header names no Python version
+    sys_version = ""
+    error_message_format = "error %(code)d\n"  # unused (send_error is ours); never the request's words
 
-    def do_GET(self) -> None:
-        self._answer(send_body=True)
+    def setup(self) -> None:
+        super().setup()
+        self._pending = b""  # bytes read past the last head: the start of a pipelined request
 
-    def do_HEAD(self) -> None:
-        self._answer(send_body=False)
+    def version_string(self) -> str:
+        return self.server_version
 
-    def _refuse(self) -> None:
-        self._send(
-            405, "text/plain; charset=utf-8", b"method not allowed: read-only endpoint\n", True, "GET, HEAD"
-        )
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:  # reset, broken pipe or a timed-out write: nothing more to say to this client
+            log.debug("http: connection from %s dropped", self.client_address[0], exc_info=True)
 
-    # http.server dispatches on these exact names.
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse  # noqa: N815
+    def handle_one_request(self) -> None:
+        """Read one request head within the limits and answer it; every refusal closes the connection."""
+        self.close_connection = True
+        self.command, self.requestline, self.request_version = "", "", "HTTP/1.1"
+        try:
+            head = self._read_head()
+            if head is not None:  # None: the client left, or sent no whole head before the timeout
+                self._serve(head)
+        except _RequestError as refused:
+            self.send_error(refused.code)
+
+    def _read_head(self) -> bytes | None:
+        """Bytes up to the blank line ending a request head, read under one deadline for the whole head.
+
+        A per-read timeout alone would keep a client that trickles a byte at a time (slowloris) forever.
+        """
+        deadline = time.monotonic() + self.server.connection_timeout
+        buffer, self._pending = bytearray(self._pending), b""
+        try:
+            while True:
+                end = _HEAD_END.search(buffer)
+                _check_limits(buffer[: end.start() + 1] if end else buffer)
+                if end:
+                    self._pending = bytes(buffer[end.end() :])
+                    return bytes(buffer[: end.start() + 1])
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self.connection.settimeout(remaining)
+                chunk = self.connection.recv(4096)
+                if not chunk:
+                    return None
+                buffer += chunk
+        except TimeoutError:
+            return None
+        finally:
+            self.connection.settimeout(self.server.connection_timeout)  # bounds the reply's write
+
+    def _serve(self, head: bytes) -> None:
+        method, target, version, fields = _parse_head(head)
+        self.command, self.path, self.request_version = method, target, version
+        self.requestline = f"{method} {target} {version}"
+        tokens = {token.strip() for token in fields.get("connection", "").lower().split(",")}
+        self.close_connection = version == "HTTP/1.0" or "close" in tokens
+        if method not in ("GET", "HEAD"):
+            raise _RequestError(405)
+        length = fields.get("content-length", "0")
+        if not (length.isascii() and length.isdigit()):
+            raise _RequestError(400)
+        if length.strip("0") or "transfer-encoding" in fields:
+            raise _RequestError(413)  # answered without reading the body; the connection is then closed
+        self._answer(send_body=method == "GET")
 
     def _answer(self, send_body: bool) -> None:
-        surface = self.server.surface
         path = self.path.split("?", 1)[0]
         try:
-            if path == "/metrics":
-                body = generate_latest(surface.registry)
-                self._send(200, CONTENT_TYPE_LATEST, body, send_body)
-            elif path in ("/healthz", "/readyz"):
-                ok, reason = surface.health() if path == "/healthz" else surface.readiness()
-                self._send(200 if ok else 503, "text/plain; charset=utf-8", f"{reason}\n".encode(), send_body)
-            elif path == "/status":
-                body = json.dumps(surface.status(), indent=2, sort_keys=True).encode() + b"\n"
-                self._send(200, "application/json", body, send_body)
-            elif path == "/":
-                index = b"tpu-watchdog: /metrics /healthz /readyz /status\n"
-                self._send(200, "text/plain; charset=utf-8", index, send_body)
-            else:
-                self._send(404, "text/plain; charset=utf-8", b"not found\n", send_body)
-        except Exception as error:  # a failing page must not take the listener down
+            code, content_type, body = self._page(path)
+        except Exception:  # a failing page must not take the listener down
             log.exception("HTTP %s failed", path)
-            self._send(500, "text/plain; charset=utf-8", f"internal error: {error}\n".encode(), send_body)
+            self.send_error(500)  # logged above; the exception's text stays out of the answer
+            return
+        self._send(code, content_type, body, send_body)
+
+    def _page(self, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for a path; raising here is a logged 500, never half an answer."""
+        surface = self.server.surface
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(surface.registry)
+        checks = {"/livez": surface.liveness, "/healthz": surface.health, "/readyz": surface.readiness}
+        if path in checks:
+            ok, reason = checks[path]()
+            return 200 if ok else 503, _TEXT, f"{reason}\n".encode()
+        if path == "/status":
+            status = json.dumps(surface.status(), indent=2, sort_keys=True).encode() + b"\n"
+            return 200, "application/json", status
+        if path == "/":
+            return 200, _TEXT, b"tpu-watchdog: /metrics /livez /healthz /readyz /status\n"
+        return 404, _TEXT, _ERRORS[404]
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """A fixed body per status, then close: the base class quotes the request's words back."""
+        self.close_connection = True
+        allow = "GET, HEAD" if code == 405 else ""
+        self._send(code, _TEXT, _ERRORS.get(code, b"error\n"), self.command != "HEAD", allow)
 
     def _send(self, code: int, content_type: str, body: bytes, send_body: bool, allow: str = "") -> None:
         self.send_response(code)
@@ -89,6 +233,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-store")
         if allow:
             self.send_header("Allow", allow)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if send_body:
             self.wfile.write(body)
@@ -99,8 +245,36 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False  # stop() must not wait on a slow client; a handler changes nothing
     request_queue_size = 64  # socketserver's 5 drops SYNs when Prometheus, probes and status come at once
     surface: Surface
+    connection_timeout: float
+    slots: threading.BoundedSemaphore
+
+    def process_request(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
+    ) -> None:
+        """A thread per connection while a slot is free; beyond that, close at once rather than queue."""
+        if not self.slots.acquire(blocking=False):
+            log.debug("http: every connection slot busy; closing one from %s", client_address[0])
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
+    ) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
+        log.exception("http: unexpected error serving %s", client_address[0])
 
 
 class _Server6(_Server):
@@ -110,11 +284,19 @@ class _Server6(_Server):
 class HttpSurface:
     """Binds at construction (so a bad or busy address fails start-up early); serves after `start()`."""
 
-    def __init__(self, listen: str, surface: Surface) -> None:
+    def __init__(
+        self,
+        listen: str,
+        surface: Surface,
+        connection_timeout: float = CONNECTION_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         host, port = parse_listen(listen)
         server_class = _Server6 if ":" in host else _Server
         self._server = server_class((host, port), _Handler)
         self._server.surface = surface
+        self._server.connection_timeout = connection_timeout
+        self._server.slots = threading.BoundedSemaphore(max_connections)
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 
     @property

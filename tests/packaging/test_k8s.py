@@ -142,9 +142,12 @@ def test_capabilities_are_the_systemd_units(container: dict[str, Any]) -> None:
 
 def test_probes_keep_a_draining_hosts_watchdog_running(container: dict[str, Any]) -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    # /readyz is 503 while a drain is pending: never a probe. A metadata outage fails /healthz, which a
+    # restart cannot fix: liveness (and startup) look only at the main loop (/livez).
+    paths = {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/healthz"}
+    for probe, path in paths.items():
         check = container[probe]["httpGet"]
-        assert check["path"] == "/healthz", probe  # /readyz is 503 while a drain is pending: never a probe
+        assert check["path"] == path, probe
         assert check["port"] in ports, probe
     assert ports["metrics"] == 9478
 
