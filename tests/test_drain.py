@@ -20,7 +20,7 @@ from tests.workloads import OwnScanner, Workloads
 from watchdog.drain import drain
 from watchdog.drain_record import DrainRecord, End, ExitStatus, Outcome, SignalResult
 from watchdog.process import Holder, ProcessIdentity
-from watchdog.signals import PidfdSignaller
+from watchdog.signals import PidfdSignaller, start_time
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
 
@@ -151,6 +151,19 @@ def test_a_holder_whose_identity_changed_is_never_signalled(workloads: Workloads
     os.kill(child.identity.pid, signal.SIGUSR1)
     child.expect("usr1")  # the first signal it saw: no SIGTERM reached it
     assert child.alive()
+
+
+def test_pid_1_and_the_watchdog_itself_in_a_holder_list_are_never_signalled_nor_waited_for() -> None:
+    """A scanner bug (or a hostile procfs) naming them costs nothing: refused at the signal, drain over."""
+    named = [ProcessIdentity(pid, start_time(pid) or 0) for pid in (1, os.getpid())]
+    holders = [Holder(identity, "init", (), 0, ("/dev/accel0",)) for identity in named]
+    record = drain(holders, scanner=StaticScanner(), grace=30)
+    assert record.outcome is Outcome.EXITED  # nothing left to wait for; no SIGKILL either
+    for identity in named:
+        proc = record.processes[identity]
+        assert proc.end is End.PROTECTED
+        assert [s.result for s in proc.signals] == [SignalResult.PROTECTED]
+        assert "never signalled" in proc.describe(record.started)
 
 
 @pytest.mark.parametrize(("event", "outcome"), [("cancel", Outcome.CANCELLED), ("stop", Outcome.INTERRUPTED)])

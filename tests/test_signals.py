@@ -15,6 +15,7 @@ import pytest
 from tests.workloads import Child, Workloads
 from watchdog.process import ProcessIdentity
 from watchdog.signals import (
+    PF_KTHREAD,
     DryRunSignaller,
     PidfdSignaller,
     ProcessHandles,
@@ -57,6 +58,34 @@ def test_a_changed_identity_is_never_signalled(workloads: Workloads, handles: Pr
     assert signaller.send(child.identity, signal.SIGUSR1) is SignalResult.SENT
     child.expect("usr1")  # the first thing it heard: the SIGTERM never arrived
     assert handles.get(reused) is None
+
+
+def kernel_thread() -> ProcessIdentity:
+    """A real kernel thread of this machine (kthreadd and its children carry PF_KTHREAD)."""
+    for name in sorted(os.listdir("/proc"), key=lambda n: int(n) if n.isdigit() else 0):
+        if name.isdigit() and (fields := read_stat(int(name))) is not None and int(fields[6]) & PF_KTHREAD:
+            start = start_time(int(name))
+            assert start is not None
+            return ProcessIdentity(int(name), start)
+    pytest.skip("no kernel thread visible in this PID namespace")
+
+
+@pytest.mark.parametrize("who", ["pid 1", "itself", "kernel thread"])
+def test_pid_1_itself_and_kernel_threads_are_never_signalled(handles: ProcessHandles, who: str) -> None:
+    """The last line: even a holder list that names them (the scanner never does) sends nothing. SIGSTOP
+    would show: a stopped PID 1 or test process would hang this test; the result says it was refused."""
+    if who == "pid 1":
+        start = start_time(1)
+        identity = ProcessIdentity(1, start if start is not None else 0)
+    elif who == "itself":
+        start = start_time(os.getpid())
+        assert start is not None
+        identity = ProcessIdentity(os.getpid(), start)
+    else:
+        identity = kernel_thread()
+    for signaller in (PidfdSignaller(handles), DryRunSignaller(handles)):
+        assert signaller.send(identity, signal.SIGSTOP) is SignalResult.PROTECTED
+    assert handles.get(identity) is None  # not even a pidfd was kept
 
 
 def test_an_exited_process_is_gone(workloads: Workloads, handles: ProcessHandles) -> None:

@@ -120,7 +120,9 @@ class DrainCore:
             return
         was_signalled = any(s.result is SignalResult.SENT for s in proc.signals)
         proc.signals.append(SentSignal(signum, now, result))
-        if proc.pending and result in (SignalResult.GONE, SignalResult.IDENTITY_CHANGED):
+        if proc.pending and result is SignalResult.PROTECTED:
+            self._end(proc, End.PROTECTED, now)
+        elif proc.pending and result in (SignalResult.GONE, SignalResult.IDENTITY_CHANGED):
             # Signalled before and now gone: it exited (how is unknown unless the exit is reported too).
             if was_signalled:
                 self._end(proc, End.EXITED, now, UNKNOWN_EXIT)

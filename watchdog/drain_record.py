@@ -23,6 +23,7 @@ class SignalResult(str, enum.Enum):
     GONE = "gone"  # no such process any more
     IDENTITY_CHANGED = "identity_changed"  # the PID now belongs to another process: not signalled
     DENIED = "denied"  # EPERM
+    PROTECTED = "protected"  # PID 1, the daemon itself or a kernel thread: refused before any syscall
 
 
 class Outcome(str, enum.Enum):
@@ -40,6 +41,7 @@ class End(str, enum.Enum):
     RELEASED = "released"  # closed the device and kept running: never killed
     GONE = "gone"  # vanished before it could be signalled
     IDENTITY_CHANGED = "identity_changed"  # its PID was reused before the signal: never signalled
+    PROTECTED = "protected"  # PID 1, the daemon itself or a kernel thread: never signalled, not waited for
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ class ProcessRecord:
             parts.append("gone before it was signalled")
         elif self.end is End.IDENTITY_CHANGED:
             parts.append("its PID now belongs to another process: not signalled")
+        elif self.end is End.PROTECTED:
+            parts.append("PID 1, the watchdog itself or a kernel thread: never signalled")
         else:
             parts.append("still running" + (" after SIGKILL" if self.killed else ""))
         return "; ".join(parts)

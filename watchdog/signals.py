@@ -24,6 +24,20 @@ from watchdog.process import ProcessIdentity
 __all__ = ["DryRunSignaller", "Handle", "PidfdSignaller", "ProcessHandles", "SignalResult", "read_stat"]
 
 PROC = "/proc"
+PF_KTHREAD = 0x00200000  # /proc/PID/stat field 9 (flags): a kernel thread; signalling one is meaningless
+
+
+def protected(pid: int, stat_fields: list[str] | None) -> bool:
+    """PID 1, this process, or a kernel thread: never signalled, whatever a scan claims (the scanner leaves
+    them out; this is the last line, right before the syscall)."""
+    if pid <= 1 or pid == os.getpid():
+        return True
+    if stat_fields is None:
+        return False
+    try:
+        return bool(int(stat_fields[9 - 3]) & PF_KTHREAD)
+    except (ValueError, IndexError):
+        return True  # a stat line we cannot read is no licence to signal
 
 
 def read_stat(pid: int, proc_root: str = PROC) -> list[str] | None:
@@ -49,7 +63,10 @@ def read_stat(pid: int, proc_root: str = PROC) -> list[str] | None:
 
 def start_time(pid: int, proc_root: str = PROC) -> int | None:
     """Field 22 of /proc/PID/stat (clock ticks since boot), or None if the process is gone."""
-    fields = read_stat(pid, proc_root)
+    return _start_of(read_stat(pid, proc_root))
+
+
+def _start_of(fields: list[str] | None) -> int | None:
     if fields is None:
         return None
     try:
@@ -75,19 +92,27 @@ class ProcessHandles:
         self._handles: dict[ProcessIdentity, Handle] = {}
 
     def open(self, identity: ProcessIdentity) -> Handle | SignalResult:
-        """The handle of `identity`, or GONE / IDENTITY_CHANGED if that process no longer exists."""
+        """The handle of `identity`; GONE / IDENTITY_CHANGED if that process no longer exists; PROTECTED
+        for PID 1, this process or a kernel thread."""
         handle = self._handles.get(identity)
         if handle is not None:
             return handle
+        if protected(identity.pid, None):
+            return SignalResult.PROTECTED
         fd = self._pidfd_open(identity.pid) if self.use_pidfd else None
         if fd == -1:
             return SignalResult.GONE
         try:
-            now = start_time(identity.pid, self.proc_root)
+            fields = read_stat(identity.pid, self.proc_root)
         except PermissionError:  # hidepid=: we may not look, so we may not signal
             if fd is not None:
                 os.close(fd)
             return SignalResult.DENIED
+        if fields is not None and protected(identity.pid, fields):
+            if fd is not None:
+                os.close(fd)
+            return SignalResult.PROTECTED
+        now = _start_of(fields)
         if now != identity.start_time:
             if fd is not None:
                 gone = _pidfd_gone(fd)

@@ -51,6 +51,8 @@ def verdict(proc: ProcessRecord, started: float, dry_run: bool) -> tuple[bool, s
         return True, f"{who}: released the TPU after {took} and kept running"
     if proc.end in (End.GONE, End.IDENTITY_CHANGED):
         return True, f"{who}: gone before it was signalled"
+    if proc.end is End.PROTECTED:
+        return True, f"{who}: never signalled (PID 1, the watchdog itself or a kernel thread)"
     return False, f"{who}: STILL RUNNING after the grace (on_timeout = leave)"
 
 
