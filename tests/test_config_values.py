@@ -29,7 +29,7 @@ def test_an_address_prints_as_it_is_written() -> None:
 
 @pytest.mark.parametrize(
     "text", ["127.0.0.1", "127.0.0.1:", "127.0.0.1:x", "1.2.3.4:65536", "::1:80", "[::1", "[nope]:80", ":80",
-             "-bad-:80", "a..b:80", "[::1]x"],
+             "-bad-:80", "a..b:80", "[::1]x", "1.2.3.4:\u00b2", "1.2.3.4:\u0663"],
 )  # fmt: skip
 def test_bad_listen_addresses(text: str) -> None:
     with pytest.raises(v.BadValueError):
@@ -43,7 +43,7 @@ def test_metadata_hosts(text: str) -> None:
     assert v.metadata_host(text) == text
 
 
-@pytest.mark.parametrize("text", ["http://metadata", "host:0", "host:", "", "a b"])
+@pytest.mark.parametrize("text", ["http://metadata", "host:0", "host:", "", "a b", "host:\u00b3"])
 def test_bad_metadata_hosts(text: str) -> None:
     with pytest.raises(v.BadValueError):
         v.metadata_host(text)
@@ -71,6 +71,20 @@ def test_lists_from_text() -> None:
     assert v.list_text('["a,b", "c"]') == ["a,b", "c"]
     with pytest.raises(v.BadValueError):
         v.list_text('["a", ')
+    with pytest.raises(v.BadValueError, match="nested too deeply"):
+        v.list_text("[" * 1000)  # tomllib recurses per level: a RecursionError, not a BadValueError
+
+
+def test_no_string_may_hold_a_nul() -> None:
+    """The OS refuses NUL in a path or argument, with a ValueError far from the configuration."""
+    for parse in (
+        v.string,
+        v.metadata_host,
+        lambda value: v.strings([value]),
+        lambda value: v.command([value]),
+    ):
+        with pytest.raises(v.BadValueError, match="NUL"):
+            parse("/a\0b")
 
 
 def test_show_writes_values_as_toml() -> None:

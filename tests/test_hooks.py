@@ -189,3 +189,46 @@ def test_without_pidfds_exits_and_timeouts_are_still_seen(
     assert finish(failing.run_hook("on_event_start", CONTEXT)).returncode == 4
     hanging = runner_for(runners, python("import time; time.sleep(60)"), timeout=0.3)
     assert finish(hanging.run_hook("on_event_start", CONTEXT)).status == "timed_out"
+
+
+# -- who may choose what a hook runs ------------------------------------------------------------------------
+
+
+def stat_of(mode: int, uid: int) -> os.stat_result:
+    """A stat result with only the mode and owner that matter here."""
+    return os.stat_result((mode, 0, 0, 1, uid, 0, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("mode", "uid", "euid", "expected"),
+    [
+        (0o100644, 0, 0, None),
+        (0o100755, 0, 1000, None),  # root's file: an unprivileged daemon trusts root anyway
+        (0o100644, 1000, 1000, None),  # the daemon's own user
+        (0o040755, 1000, 0, "/x is owned by uid 1000 (fix: chown root /x)"),
+        (0o100644, 1001, 1000, "/x is owned by uid 1001 (fix: chown 1000 /x)"),
+        (0o100664, 0, 0, "/x is group-writable (fix: chmod go-w /x)"),
+        (0o041777, 0, 0, "/x is group- and other-writable (fix: chmod go-w /x)"),  # sticky or not
+        (0o100602, 7, 0, "/x is owned by uid 7 and other-writable (fix: chown root /x && chmod go-w /x)"),
+    ],
+)
+def test_untrusted_because_says_what_is_wrong_and_the_fix(
+    mode: int, uid: int, euid: int, expected: str | None
+) -> None:
+    assert hooks_module.untrusted_because("/x", stat_of(mode, uid), euid=euid) == expected
+
+
+def test_untrusted_because_reads_real_files(tmp_path: Path) -> None:
+    path = tmp_path / "a hook"
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    assert hooks_module.untrusted_because(str(path)) is None
+    os.chown(path, 1000, -1)
+    assert (
+        hooks_module.untrusted_because(str(path)) == f"{path} is owned by uid 1000 (fix: chown root '{path}')"
+    )
+    assert hooks_module.untrusted_because(str(path), euid=1000) is None
+    path.chmod(0o775)
+    assert "group-writable" in (hooks_module.untrusted_because(str(path), euid=1000) or "")
+    with pytest.raises(FileNotFoundError):
+        hooks_module.untrusted_because(str(tmp_path / "absent"))

@@ -2,13 +2,15 @@
 
 Every value keeps where it came from (for `tpu-watchdog config`), and every bad value stops start-up with a
 `ConfigError` naming the file, variable or flag, the key, and what is allowed (the caller exits 78).
-Pure apart from reading the file. The settings themselves are listed once, in `config_schema`.
+Pure apart from reading the file, and stat-ing who could change the hooks when there are any (hooks run as
+root: `_refuse_untrusted_hooks`). The settings themselves are listed once, in `config_schema`.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
 import types
@@ -32,6 +34,7 @@ HOOK_ENV = frozenset(
     for name in ("HOOK", "EVENT", "EVENT_SOURCE", "EVENT_VALUE", "EVENT_ID", "OUTCOME", "DEADLINE",
                  "DEADLINE_EPOCH")
 )  # fmt: skip
+_HOOKS = tuple(s for s in SETTINGS if s.parse is v.command)  # the hook commands (not hooks.timeout)
 
 
 class ConfigError(Exception):
@@ -177,6 +180,8 @@ def _read_file(path: str, explicit: bool, source: Source) -> dict[str, Any] | No
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({error.reason})") from None
+    except RecursionError:  # tomllib recurses once per level of nesting: ~500 levels exhaust the stack
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the configuration file: {error.strerror}") from None
 
@@ -238,7 +243,7 @@ def _flag_values(args: argparse.Namespace) -> list[tuple[Setting, str, object]]:
                 f"flag --exclude: {item!r} is not pid:N, name:NAME or uid:N (e.g. --exclude uid:0)"
             )
         if kind != "name":
-            if not what.isdigit():
+            if not (what.isascii() and what.isdigit()):  # int() refuses some digits: "²"
                 raise ConfigError(f"flag --exclude: {item!r}: {what!r} is not a whole number")
             excludes.setdefault(kind, []).append(int(what))
         else:
@@ -248,6 +253,42 @@ def _flag_values(args: argparse.Namespace) -> list[tuple[Setting, str, object]]:
     return given
 
 
+def _refuse_untrusted_hooks(
+    path: str, file_hooks: list[str], values: Mapping[str, Any], sources: Mapping[str, Source]
+) -> None:
+    """Hooks run as the daemon's user (root): refuse them when anyone else could have chosen them - a file
+    naming hooks that another user can write (or whose directory they can), or a hook executable they can
+    replace. A file without hooks is never refused for its permissions."""
+    user = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+    if file_hooks:
+        real = os.path.realpath(path)
+        for where in dict.fromkeys([real, os.path.dirname(os.path.abspath(path)), os.path.dirname(real)]):
+            because = _untrusted(where)
+            if because:
+                raise ConfigError(
+                    f"{path}: {', '.join(file_hooks)}: refused: hooks run as {user}, and {because}"
+                )
+    for setting in _HOOKS:
+        argv = values[setting.attr]
+        if argv and argv[0].startswith("/"):
+            because = _untrusted(argv[0])
+            if because:
+                source = sources[setting.key]
+                origin = source.where if source.kind == "file" else f"environment {source.where}"
+                raise ConfigError(f"{origin}: {setting.key}: refused: the hook runs as {user}, and {because}")
+
+
+def _untrusted(path: str) -> str | None:
+    from watchdog.hooks import untrusted_because  # only when there are hooks: `config` starts without it
+
+    try:
+        return untrusted_because(path)
+    except FileNotFoundError:
+        return f"{path} does not exist (install it, or correct the path)"
+    except OSError as error:
+        return f"{path} cannot be checked ({error.strerror})"
+
+
 def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
     """The effective configuration from defaults, the file, `environ` and the flags in `args`."""
     values: dict[str, Any] = {s.attr: s.default for s in SETTINGS}
@@ -255,6 +296,7 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
 
     path, path_source, explicit = _config_path(args, environ)
     document = _read_file(path, explicit, path_source)
+    file_hooks: list[str] = []
     if document is not None:
         for key, raw in _flatten(document, path).items():
             setting = BY_KEY[key]
@@ -263,6 +305,8 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             except v.BadValueError as error:
                 raise _fail(path, setting, str(error)) from None
             sources[key] = Source("file", path)
+            if setting in _HOOKS and values[setting.attr] is not None:
+                file_hooks.append(key)
 
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV or name in HOOK_ENV:
@@ -286,6 +330,8 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             raise _fail(f"flag {flag}", setting, str(error)) from None
         sources[setting.key] = Source("flag", flag)
 
+    if file_hooks or any(values[s.attr] for s in _HOOKS):
+        _refuse_untrusted_hooks(path, file_hooks, values, sources)
     return Config(
         **values,
         config_file=path if document is not None else None,

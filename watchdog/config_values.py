@@ -130,6 +130,8 @@ def string(value: object, *, absolute_path: bool = False) -> str:
         raise BadValueError(f"{show(value)} is {_type_name(value)}, not a string")
     if not value.strip():
         raise BadValueError("an empty string is not allowed")
+    if "\0" in value:
+        raise BadValueError(f"{value!r:.80} holds a NUL character, which no path, name or argument can")
     if absolute_path and not value.startswith("/"):
         raise BadValueError(f"{show(value)} is not an absolute path")
     return value
@@ -164,6 +166,8 @@ def list_text(text: str) -> list[object]:
             parsed: list[object] = tomllib.loads(f"v = {stripped}")["v"]
         except tomllib.TOMLDecodeError as error:
             raise BadValueError(f"{text!r} is not a TOML array ({error})") from None
+        except RecursionError:  # tomllib recurses once per level of nesting
+            raise BadValueError(f"{text!r:.80} is nested too deeply") from None
         return parsed
     return [word.strip() for word in stripped.split(",") if word.strip()]
 
@@ -215,7 +219,7 @@ def _host(text: str) -> str:
 
 
 def _port(text: str, minimum: int) -> int:
-    if not text.isdigit() or not minimum <= int(text) <= 65535:
+    if not (text.isascii() and text.isdigit()) or not minimum <= int(text) <= 65535:  # int("²") fails
         raise BadValueError(f"port {text!r} is not a number from {minimum} to 65535")
     return int(text)
 

@@ -4,6 +4,9 @@ A hook must never delay or block the drain: `run_hook` starts it on a background
 Each hook runs without a shell (argv list), stdin from /dev/null, in its own process group (so a timeout
 kills everything it started), with its output captured up to a bound and logged. A missing executable, a
 non-zero exit or a timeout is logged, never raised.
+
+Hooks run as the daemon's user, root: `untrusted_because` is the rule the configuration loader applies to
+the file that names them and to their executables, so nobody else can choose what runs.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import logging
 import os
 import queue
 import selectors
+import shlex
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -76,6 +81,24 @@ class HookResult:
     output: str
     dropped_bytes: int = 0
     error: str = ""
+
+
+def untrusted_because(path: str, st: os.stat_result | None = None, euid: int | None = None) -> str | None:
+    """Why `path` must not decide what a daemon running as `euid` runs, with the fix; None when only root
+    or `euid` itself can change it. `st` is os.stat(path) unless given (OSError if it cannot be read)."""
+    st = os.stat(path) if st is None else st
+    euid = os.geteuid() if euid is None else euid
+    wrong, fixes = [], []
+    if st.st_uid not in (0, euid):
+        wrong.append(f"owned by uid {st.st_uid}")
+        fixes.append(f"chown {'root' if euid == 0 else euid} {shlex.quote(path)}")
+    writers = [who for who, bit in (("group", stat.S_IWGRP), ("other", stat.S_IWOTH)) if st.st_mode & bit]
+    if writers:
+        wrong.append("- and ".join(writers) + "-writable")
+        fixes.append(f"chmod go-w {shlex.quote(path)}")
+    if not wrong:
+        return None
+    return f"{path} is {' and '.join(wrong)} (fix: {' && '.join(fixes)})"
 
 
 class HookRun:

@@ -70,9 +70,15 @@ class _Reader:
 
     def time(self, name: str) -> float:
         value = self._get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._fail(name, "a number", value)
-        return float(value)
+        try:
+            number = float(value)  # JSON allows integers too large for a float: OverflowError
+        except OverflowError:
+            raise self._fail(name, "a number", value) from None
+        if not math.isfinite(number):
+            raise self._fail(name, "a number", value)
+        return number
 
     def optional_time(self, name: str) -> float | None:
         return None if self._get(name) is None else self.time(name)
@@ -254,7 +260,8 @@ class State:
             raise StateFormatError(
                 f"format: expected {FORMAT!r}, got {r.data.get('format')!r:.60}: not our file"
             )
-        if r.data.get("version") != VERSION:
+        version = r.data.get("version")
+        if isinstance(version, bool) or version != VERSION:  # true == 1 in Python, not in our format
             raise StateFormatError(f"version: expected {VERSION}, got {r.data.get('version')!r:.60}")
         drain = r.child("drain", optional=True)
         outcome = r.data.get("last_outcome")
