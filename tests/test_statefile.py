@@ -321,3 +321,16 @@ def test_a_read_only_dir_at_start_runs_from_memory(tmp_path: Path, caplog: pytes
         assert s.write_error is not None
     finally:
         subprocess.run(["chattr", "-i", str(target)], check=False, capture_output=True)
+
+
+def test_temporary_files_of_an_interrupted_write_are_removed_at_start(tmp_path: Path) -> None:
+    """What a kill -9 between mkstemp and rename leaves behind (the real crash is in test_crash_restart)."""
+    s = store(tmp_path)
+    begin(s)
+    (tmp_path / f".{STATE_FILE}.k2j3h4.tmp").write_text('{"half": ')
+    (tmp_path / ".probe-x1y2").write_text("")
+    kept = tmp_path / "notes.txt"
+    kept.write_text("not ours to remove")
+    again = store(tmp_path)
+    assert again.state == s.state
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", STATE_FILE]

@@ -174,6 +174,7 @@ class StateStore:
             log.warning("state: %s was group/other-writable (mode %o): made 0700", self.dir, info.st_mode)
             with contextlib.suppress(OSError):  # a read-only directory: the probe below says so
                 os.chmod(self.dir, 0o700)
+        self._remove_leftovers()
         try:
             probe = tempfile.NamedTemporaryFile(dir=self.dir, prefix=".probe-")  # noqa: SIM115 - closed at once
             probe.close()
@@ -185,6 +186,16 @@ class StateStore:
                 error.strerror,
             )
             self.write_error = error
+
+    def _remove_leftovers(self) -> None:
+        """Temporary files of writes a crash (kill -9, power loss) interrupted: never renamed into place, so
+        never the state; without this each crash mid-write would leave one for good."""
+        pattern = glob.escape(os.path.join(self.dir, f".{STATE_FILE}.")) + "*.tmp"
+        leftovers = glob.glob(pattern) + glob.glob(glob.escape(os.path.join(self.dir, ".probe-")) + "*")
+        for path in leftovers:
+            _unlink_quietly(path)
+        if leftovers:
+            log.info("state: removed %d temporary file(s) left by an interrupted write", len(leftovers))
 
     def _write(self, state: State) -> None:
         """Atomically replace the file with `state`; the in-memory state follows even if the disk fails."""
