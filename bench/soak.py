@@ -42,6 +42,7 @@ PREEMPTED = "instance/preempted"
 MAINTENANCE = "instance/maintenance-event"
 UPCOMING = "instance/upcoming-maintenance"
 GRACE = {"preempted": 3.0, "maintenance": 4.0}
+SOURCES = {"preempted": "preempted", "maintenance": "maintenance-event"}  # the state file's names
 CLEAR_SLACK = 6.0  # s after a clear in which a SIGTERM may still go out (faults can delay hearing of it)
 KILL_TOLERANCE = 1.0  # the issue's ±1 s
 MAX_HOLDERS = 8
@@ -220,19 +221,27 @@ class Soak:
             return data if isinstance(data, dict) else None
         return None
 
+    def events_of(self, episode: Episode, state: dict[str, object]) -> list[dict[str, object]]:
+        """The state file's record of this episode's event: same source, first seen after it was set. (An
+        older event may still be on file while the daemon is down: it is not this episode's.)"""
+        events = state.get("events")
+        source = SOURCES[episode.source]
+        return [
+            e
+            for e in (events if isinstance(events, list) else [])
+            if isinstance(e, dict)
+            and e.get("source") == source
+            and float(e.get("first_seen") or 0) >= episode.started - 0.5
+        ]
+
     def check_deadline(self) -> None:
         episode, state = self.current(), self.read_state()
         if episode is None or state is None:
             return
-        events = state.get("events")
-        deadlines = (
-            [e["deadline"] for e in events if isinstance(e, dict) and e.get("deadline")]
-            if isinstance(events, list)
-            else []
-        )
+        deadlines = [float(e["deadline"]) for e in self.events_of(episode, state) if e.get("deadline")]  # type: ignore[arg-type]
         if not deadlines:
             return
-        deadline = float(min(deadlines))
+        deadline = min(deadlines)
         if episode.deadline is None:
             episode.deadline = deadline
         elif deadline > episode.deadline + 1e-6:
@@ -268,13 +277,12 @@ class Soak:
 
     def check_drained(self, episode: Episode) -> None:
         """Before clearing an event that outlived its deadline: it is marked drained (no drain lost)."""
-        state = self.read_state() or {}
-        events = state.get("events") or []
+        events = self.events_of(episode, self.read_state() or {})
         if episode.deadline is None:
             self.violation(
                 f"the {episode.source} event of t+{episode.started - self.t0:.1f} never started a drain"
             )
-        elif not any(isinstance(e, dict) and e.get("drained") for e in events):  # type: ignore[union-attr]
+        elif not any(e.get("drained") for e in events):
             self.violation(f"the {self.name(episode)} outlived its deadline undrained")
 
     def sample(self, second_half: bool) -> None:
