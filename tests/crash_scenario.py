@@ -44,6 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import wait_for
+
 REPO = Path(__file__).resolve().parents[1]
 POINTS = (
     "before_event",  # killed while idle; the event is set while it is dead
@@ -388,15 +390,12 @@ def _check_holder(holder: dict[str, Any], deadline: float | None, due: float, ex
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """The first truthy value of `condition()`, polled every 5 ms until `timeout` s (TimeoutError then)."""
-    limit = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= limit:
-            raise TimeoutError(f"timed out after {timeout:.1f} s waiting for {what}")
-        time.sleep(0.005)
+    """`tests.waiting.wait_for`, failing with TimeoutError: in the driver a wait that runs out is a broken
+    run to report, not a test assertion."""
+    try:
+        return wait_for(condition, timeout=timeout, what=what)
+    except AssertionError as error:
+        raise TimeoutError(str(error)) from None
 
 
 def sleep_until(wall: float) -> None:

@@ -375,6 +375,15 @@ field_values = st.one_of(
 )
 
 
+def _value_or_malformed(body: str) -> None:
+    """The parser's only outcomes: MalformedValue, or a value that is well formed (below)."""
+    try:
+        value = parse_upcoming_maintenance(body)
+    except MalformedValue:
+        return
+    _assert_well_formed(value)
+
+
 def _assert_well_formed(value: UpcomingMaintenance) -> None:
     """What the daemon may act on: words, UTC times, a boolean, printable reasons; and it can be described."""
     value.describe()
@@ -401,22 +410,14 @@ def test_upcoming_json_of_any_field_mix_is_a_value_or_malformed(
     body = json.dumps(fields)
     for name, token in raw:  # spliced in as JSON text: json.dumps would refuse or rewrite them
         body = body[:-1] + ("," if len(body) > 2 else "") + f"{json.dumps(name)}: {token}" + "}"
-    try:
-        value = parse_upcoming_maintenance(body)
-    except MalformedValue:
-        return
-    _assert_well_formed(value)
+    _value_or_malformed(body)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(ALIASES) | st.text(max_size=8), st.text(max_size=40)), max_size=6))
 def test_upcoming_text_lines_of_anything_are_a_value_or_malformed(lines: list[tuple[str, str]]) -> None:
     body = "\n".join(f"{key} {value}" for key, value in lines)
-    try:
-        value = parse_upcoming_maintenance(body)
-    except MalformedValue:
-        return
-    _assert_well_formed(value)
+    _value_or_malformed(body)
 
 
 @settings(max_examples=200, deadline=None)
@@ -426,8 +427,4 @@ def test_upcoming_body_that_was_not_utf8_is_a_value_or_malformed(raw: bytes, how
     (lone surrogates, U+FFFD, Latin-1), it is still a value or malformed."""
     body = raw.decode("latin-1") if how == "latin-1" else raw.decode("utf-8", errors=how)
     for candidate in (body, '{"type": "' + body.replace("\\", "").replace('"', "") + '"}'):
-        try:
-            value = parse_upcoming_maintenance(candidate)
-        except MalformedValue:
-            continue
-        _assert_well_formed(value)
+        _value_or_malformed(candidate)
