@@ -15,15 +15,8 @@ import requests
 from prometheus_client import CollectorRegistry, Gauge
 
 from tests.waiting import wait_for
-from watchdog.httpapi import (
-    CONNECTION_TIMEOUT,
-    MAX_CONNECTIONS,
-    MAX_HEADER_BYTES,
-    MAX_HEADERS,
-    MAX_REQUEST_LINE,
-    HttpSurface,
-    parse_listen,
-)
+from watchdog.httpapi import CONNECTION_TIMEOUT, MAX_CONNECTIONS, HttpSurface, parse_listen
+from watchdog.httphead import MAX_HEADER_BYTES, MAX_HEADERS, MAX_REQUEST_LINE
 
 
 class StubSurface:

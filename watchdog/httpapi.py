@@ -3,16 +3,16 @@
 GET and HEAD only (anything else is 405 with an Allow header); no endpoint changes anything, so exposing it
 to a Prometheus server is safe. The answers come from a `Surface` the daemon implements.
 
-The listener parses request heads itself, under fixed limits and one deadline per head, because
-http.server's parser allows 64 KiB lines and 100 headers, waits forever on a silent client and quotes the
-request back in its error pages. No response carries a byte of the request: error bodies are fixed per status.
+The listener reads request heads itself, under one deadline per head, and parses them strictly under fixed
+limits (httphead.py), because http.server waits forever on a silent client, allows 64 KiB lines and 100
+headers, and quotes the request back in its error pages. No response carries a byte of the request: error
+bodies are fixed per status.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import socket
 import threading
 import time
@@ -21,11 +21,15 @@ from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from watchdog.httphead import (
+    HEAD_END,
+    RequestError,
+    check_limits,
+    parse_head,
+)
+
 log = logging.getLogger(__name__)
 
-MAX_REQUEST_LINE = 8 * 1024  # bytes, line end included: our paths are short; 8 KiB is what proxies allow
-MAX_HEADERS = 64  # Prometheus and kubelet send fewer than ten; room for proxies, not for a flood
-MAX_HEADER_BYTES = 16 * 1024  # all header lines together: bounds the memory one connection can hold
 CONNECTION_TIMEOUT = 10.0  # s for a whole request head, an idle keep-alive or a reply write (slowloris)
 MAX_CONNECTIONS = 32  # handled at once; beyond it a connection is closed at accept, not given a thread
 
@@ -40,11 +44,6 @@ _ERRORS = {  # fixed bodies: nothing from the request is ever echoed back
     500: b"internal error\n",
     505: b"HTTP version not supported\n",
 }
-_HEAD_END = re.compile(rb"\n\r?\n")
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: methods and header names
-_TARGET = re.compile(rb"[\x21-\x7e]+")  # printable ASCII; no controls, spaces or raw 8-bit bytes
-_VERSION = re.compile(rb"HTTP/[0-9]\.[0-9]")
-_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")  # no controls: a bare CR or NUL is refused
 
 
 class Surface(Protocol):
@@ -75,52 +74,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _RequestError(Exception):
-    """A request answered with an error status (and a closed connection) instead of a page."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-def _check_limits(head: bytes | bytearray) -> None:
-    """Refuse a head, complete or not, as soon as it passes a limit: no need to wait for the rest."""
-    line_end = head.find(b"\n", 0, MAX_REQUEST_LINE)
-    if line_end < 0:
-        if len(head) >= MAX_REQUEST_LINE:
-            raise _RequestError(414)
-    elif len(head) - line_end - 1 > MAX_HEADER_BYTES:
-        raise _RequestError(431)
-
-
-def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    """(method, target, version, fields by lower-case name) of a complete head; _RequestError if malformed.
-
-    Strict on purpose (RFC 9112): one space between the three words, header names are tokens, and bare
-    CRs, NULs and obs-fold lines are refused rather than guessed at.
-    """
-    request_line, *field_lines = (line.removesuffix(b"\r") for line in head.split(b"\n")[:-1])
-    words = request_line.split(b" ")
-    if len(words) != 3 or not (
-        _TOKEN.fullmatch(words[0]) and _TARGET.fullmatch(words[1]) and _VERSION.fullmatch(words[2])
-    ):
-        raise _RequestError(400)
-    if words[2] not in (b"HTTP/1.0", b"HTTP/1.1"):
-        raise _RequestError(505)
-    if len(field_lines) > MAX_HEADERS:
-        raise _RequestError(431)
-    fields: dict[str, str] = {}
-    for line in field_lines:
-        name, colon, raw = line.partition(b":")
-        raw = raw.strip(b" \t")
-        if not colon or not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(raw):
-            raise _RequestError(400)
-        key, value = name.decode("ascii").lower(), raw.decode("latin-1")
-        fields[key] = f"{fields[key]}, {value}" if key in fields else value
-    method, target, version = (word.decode("ascii") for word in words)
-    return method, target, version, fields
-
-
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
@@ -149,7 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
             head = self._read_head()
             if head is not None:  # None: the client left, or sent no whole head before the timeout
                 self._serve(head)
-        except _RequestError as refused:
+        except RequestError as refused:
             self.send_error(refused.code)
 
     def _read_head(self) -> bytes | None:
@@ -161,8 +114,8 @@ class _Handler(BaseHTTPRequestHandler):
         buffer, self._pending = bytearray(self._pending), b""
         try:
             while True:
-                end = _HEAD_END.search(buffer)
-                _check_limits(buffer[: end.start() + 1] if end else buffer)
+                end = HEAD_END.search(buffer)
+                check_limits(buffer[: end.start() + 1] if end else buffer)
                 if end:
                     self._pending = bytes(buffer[end.end() :])
                     return bytes(buffer[: end.start() + 1])
@@ -180,18 +133,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.server.connection_timeout)  # bounds the reply's write
 
     def _serve(self, head: bytes) -> None:
-        method, target, version, fields = _parse_head(head)
+        method, target, version, fields = parse_head(head)
         self.command, self.path, self.request_version = method, target, version
         self.requestline = f"{method} {target} {version}"
         tokens = {token.strip() for token in fields.get("connection", "").lower().split(",")}
         self.close_connection = version == "HTTP/1.0" or "close" in tokens
         if method not in ("GET", "HEAD"):
-            raise _RequestError(405)
+            raise RequestError(405)
         length = fields.get("content-length", "0")
         if not (length.isascii() and length.isdigit()):
-            raise _RequestError(400)
+            raise RequestError(400)
         if length.strip("0") or "transfer-encoding" in fields:
-            raise _RequestError(413)  # answered without reading the body; the connection is then closed
+            raise RequestError(413)  # answered without reading the body; the connection is then closed
         self._answer(send_body=method == "GET")
 
     def _answer(self, send_body: bool) -> None:
