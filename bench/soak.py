@@ -222,17 +222,15 @@ class Soak:
         return None
 
     def events_of(self, episode: Episode, state: dict[str, object]) -> list[dict[str, object]]:
-        """The state file's record of this episode's event: same source, first seen after it was set. (An
-        older event may still be on file while the daemon is down: it is not this episode's.)"""
-        events = state.get("events")
-        source = SOURCES[episode.source]
-        return [
-            e
-            for e in (events if isinstance(events, list) else [])
-            if isinstance(e, dict)
-            and e.get("source") == source
-            and float(e.get("first_seen") or 0) >= episode.started - 0.5
-        ]
+        """The state file's record of this episode's event: same source, first seen after it was set. An
+        older event of another source may still be on file while the daemon has not heard its clear: it
+        is not this episode's. An older one of the same source is, to the daemon: it never saw the value
+        go back (faults hid the clear), so the old event, its drain and its deadline go on."""
+        listed = state.get("events")
+        events = [e for e in (listed if isinstance(listed, list) else []) if isinstance(e, dict)]
+        same = [e for e in events if e.get("source") == SOURCES[episode.source]]
+        fresh = [e for e in same if float(e.get("first_seen") or 0) >= episode.started - 0.5]
+        return fresh or same
 
     def check_deadline(self) -> None:
         episode, state = self.current(), self.read_state()

@@ -119,3 +119,31 @@ def test_a_bad_configuration_exits_78_naming_the_key(tmp_path: Path, config: str
     assert done.returncode == 78, done.stderr
     assert str(path) in done.stderr
     assert named in done.stderr
+
+
+STOPPED_WHILE_STARTING = r"""
+import os, signal, sys
+from watchdog import cli
+from watchdog.commands import run as command
+
+load = command.load_config
+def load_then_stop(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # systemctl stop, while the daemon is still starting
+    return load(*args, **kwargs)
+command.load_config = load_then_stop
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_stop_while_starting_is_a_clean_exit_not_a_death_by_sigterm(tmp_path: Path) -> None:
+    """The handler is in place before anything slow, so SIGTERM mid-start-up exits 0 without starting."""
+    (tmp_path / "empty.toml").write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_WHILE_STARTING, "run", "--config", str(tmp_path / "empty.toml"),
+         "--metadata-host", "127.0.0.1:9", "--device", str(tmp_path / "accel0"),
+         "--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "stopped during start-up" in done.stderr
+    assert "started" not in done.stderr.replace("stopped during start-up", "")

@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # First of all: a stop asked for while the daemon is still starting is a clean stop (exit 0) that the
+    # loop honours at once, not a death by SIGTERM's default action halfway through start-up.
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())  # handlers only set the event; the loop does the rest
     try:
         config = load_config(args, os.environ)
     except ConfigError as error:
@@ -54,10 +59,6 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.metrics import Metrics
     from watchdog.notify import Notifier
     from watchdog.statefile import StateDirError, StateStore
-
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())  # handlers only set the event; the loop does the rest
 
     try:
         store = StateStore(config.state_dir)
@@ -91,8 +92,15 @@ def run(args: argparse.Namespace) -> int:
             "cannot listen on %s: %s (set --listen or listen = in the config file)", config.listen, error
         )
         return 1
+    if stop.is_set():  # asked to stop while starting: nothing was started yet, the state file is as it was
+        http.stop()
+        transport.close()
+        log.info("tpu-watchdog stopped during start-up")
+        return 0
     http.start()
-    log.info("metadata server %s; HTTP on http://%s (/metrics /healthz /readyz /status)", host, http.address)
+    log.info(
+        "metadata server %s; HTTP on http://%s (/metrics /livez /healthz /readyz /status)", host, http.address
+    )
     try:
         return daemon.run()
     finally:
