@@ -100,7 +100,7 @@ def mutated_states(draw: st.DrawFn) -> object:
         if draw(st.booleans()) and isinstance(holder, dict):
             del holder[last]
         else:
-            holder[last] = draw(BAD_VALUES)
+            holder[last] = copy.deepcopy(draw(BAD_VALUES))  # a later step must not change the strategy's own
     return document
 
 
