@@ -139,7 +139,14 @@ class Soak:
     def crash(self, graceful: bool) -> None:
         assert self.daemon is not None
         self.daemon.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
-        code = self.daemon.wait(timeout=20)
+        limit = time.monotonic() + 20
+        while self.daemon.poll() is None:  # keep observing: a graceful stop takes a second or two, and a
+            self.observe()  # death noticed only afterwards would be timed late and put on the wrong event
+            if time.monotonic() > limit:
+                self.violation("the daemon did not stop within 20 s")
+                self.daemon.kill()
+            time.sleep(0.02)
+        code = self.daemon.returncode
         if graceful and code != 0:
             self.violation(f"graceful stop exited {code}")
         self.start_daemon()
@@ -297,6 +304,13 @@ class Soak:
                 self.result.rss_kib.append(rss)
                 self.result.fds.append(fds)
 
+    def observe(self) -> None:
+        """One look at everything: READYs, SIGTERMs received, the deadline on file, holders that died."""
+        self.read_notify()
+        self.read_terms()
+        self.check_deadline()
+        self.reap_holders()
+
     # -- the run ------------------------------------------------------------------------------------------
     def run(self) -> Result:
         self.t0 = time.time()
@@ -309,10 +323,7 @@ class Soak:
         while time.time() < end:
             now = time.time()
             second_half = now - self.t0 > self.seconds / 2
-            self.read_notify()
-            self.read_terms()
-            self.check_deadline()
-            self.reap_holders()
+            self.observe()
             if self.daemon is not None and self.daemon.poll() is not None:
                 self.violation(f"the daemon exited by itself with {self.daemon.returncode}")
                 self.start_daemon()
