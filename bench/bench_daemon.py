@@ -41,7 +41,7 @@ while True:
 '''
 POLLER = r'''
 import os, signal, sys, time, urllib.request
-from watchdog.holders import HolderScanner
+from watchdog.host.holders import HolderScanner
 host, device, interval = sys.argv[1], sys.argv[2], float(sys.argv[3])
 scanner = HolderScanner(patterns=(device,))
 handled = False

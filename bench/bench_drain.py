@@ -23,12 +23,12 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-from watchdog.drain import drain
-from watchdog.drain_record import Outcome, SignalResult
-from watchdog.holders import HolderScanner, ScanResult
-from watchdog.process import Holder, ProcessIdentity
-from watchdog.signals import start_time
-from watchdog.statefile import StateStore
+from watchdog.core.drain_record import Outcome, SignalResult
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.daemon.drain import drain
+from watchdog.host.holders import HolderScanner, ScanResult
+from watchdog.host.signals import start_time
+from watchdog.store.statefile import StateStore
 
 FANOUT = 500
 TRIALS = 200

@@ -104,7 +104,7 @@ def _pids_in(text: bytes) -> set[int]:
 
 
 def _measure(work_dir: Path, holder_pids: set[int]) -> dict[str, list[Sample]]:
-    from watchdog.holders import HolderScanner
+    from watchdog.host.holders import HolderScanner
 
     nodes = sorted(str(p) for p in work_dir.glob("accel*"))
     python = str(VENV_BIN / "python")

@@ -209,7 +209,7 @@ def scan_cost(scans: int = 10) -> tuple[float, int, int]:
     HOLDER_REFRESH s when idle), and the processes and fds it walked."""
     import resource
 
-    from watchdog.holders import HolderScanner
+    from watchdog.host.holders import HolderScanner
 
     with tempfile.TemporaryDirectory(prefix="bench-idle-scan-") as tmp:
         os.mknod(Path(tmp) / "accel0", 0o600 | stat.S_IFCHR, os.makedev(*UNHELD_RDEV))
@@ -250,7 +250,7 @@ def run() -> str:
     except PermissionError:
         sys.stderr.write("bench idle: mknod not permitted (needs root): device-present scenario skipped\n")
     rows = "\n".join(_row(f) for f in results)
-    from watchdog.daemon import HOLDER_REFRESH, LOOP_TICK
+    from watchdog.daemon.loop import HOLDER_REFRESH, LOOP_TICK
 
     scan_cpu, processes, fds = scan_cost()
     last = results[-1]

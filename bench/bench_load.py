@@ -1,5 +1,5 @@
 """500 real holders, one preemption, a real daemon (bench/load.py): from the metadata change to the last
-holder's SIGTERM, against the goal of 1 s. Correctness at this size is tests/test_load.py."""
+holder's SIGTERM, against the goal of 1 s. Correctness at this size is tests/system/test_load.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The soak (bench/soak.py) for SOAK_S seconds (default 600): its figures here, its table in
-docs/reliability.md. A 60-second run of the same driver is part of `make test` (tests/test_soak.py)."""
+docs/reliability.md. A 60-second run of the same driver is part of `make test` (tests/system/test_soak.py)."""
 
 from __future__ import annotations
 

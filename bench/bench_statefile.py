@@ -13,10 +13,10 @@ import tempfile
 import time
 
 from bench.common import percentile
-from watchdog.hooks import HookContext, HookRunner
-from watchdog.process import ProcessIdentity
-from watchdog.state_records import DrainState, EventRecord
-from watchdog.statefile import StateStore
+from watchdog.core.process import ProcessIdentity
+from watchdog.store.records import DrainState, EventRecord
+from watchdog.store.statefile import StateStore
+from watchdog.surface.hooks import HookContext, HookRunner
 
 HOLDERS = 100  # a big TPU host: a launcher plus one process per chip and helpers, and then some
 GOAL_INTENT_P95_MS = 20.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workloads import Workloads
+from tests.support.workloads import Workloads
 from watchdog.fake.server import FakeMetadataServer
 
 

@@ -4,7 +4,7 @@
 # distribution's packages, so the code must work with these exact versions, not only with the newest.
 # Slow (builds systemd-python from source the first time; then the suite): not part of `make test`.
 #
-#   packaging/deb/check-jammy-versions.sh [PYTEST ARGS...]      (default: tests --ignore=tests/test_e2e_jax.py)
+#   packaging/deb/check-jammy-versions.sh [PYTEST ARGS...]      (default: tests --ignore=tests/system/test_e2e_jax.py)
 # Env: PY310 (a Python 3.10 interpreter; default pyenv's 3.10.13), JAMMY_VENV (default build/jammy-venv).
 set -eu
 
@@ -42,7 +42,7 @@ echo "check-jammy-versions: $("$VENV/bin/python" --version) with:"
 
 cd "$REPO"
 if [ "$#" -eq 0 ]; then
-    set -- tests --ignore=tests/test_e2e_jax.py
+    set -- tests --ignore=tests/system/test_e2e_jax.py
 fi
 # No cache dir: this run must not disturb the main venv's pytest cache.
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"

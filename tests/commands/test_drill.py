@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = r"""
 import subprocess, sys
 from pathlib import Path
-from tests.workloads import Child, make_device
+from tests.support.workloads import Child, make_device
 device = make_device(Path(sys.argv[1]))
 children = [Child(mode, device) for mode in sys.argv[2].split(",") if mode]
 for child in children:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.proctree import ProcTree
+from tests.support.proctree import ProcTree
 
 HOLD = "import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); print('ready', flush=True); sys.stdin.read()"
 

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = r"""
 import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
-from tests.workloads import Child, make_device
+from tests.support.workloads import Child, make_device
 from watchdog.fake.server import FakeMetadataServer
 
 tmp = Path(sys.argv[1])

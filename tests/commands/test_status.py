@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.daemon_harness import MAINTENANCE, DaemonHarness
-from tests.workloads import Workloads
+from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.support.workloads import Workloads
 from watchdog.fake.server import FakeMetadataServer
-from watchdog.httpapi import HttpSurface
+from watchdog.surface.httpapi import HttpSurface
 
 REPO = Path(__file__).resolve().parents[2]
 

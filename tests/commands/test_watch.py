@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from watchdog.commands import watch as command
+from watchdog.core.metadata_values import Preempted
 from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.metadata.errors import ErrorKind, MetadataError
-from watchdog.metadata.values import Preempted
 from watchdog.metadata.watch import KeyUnsupported, ValueChanged, WatchFailed
 
 AT = 1795964400.0  # 2026-11-29T15:00:00Z

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.fake.http_helpers import FLAVOR, ME, UPCOMING, get
-from tests.waiting import wait_for
+from tests.support.http_helpers import FLAVOR, ME, UPCOMING, get
+from tests.support.waiting import wait_for
 from watchdog.fake.faults import OVERSIZED_BYTES
 from watchdog.fake.server import FakeMetadataServer, Fault
 

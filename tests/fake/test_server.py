@@ -7,8 +7,8 @@ import socket
 import pytest
 import requests
 
-from tests.fake.http_helpers import FLAVOR, ME, UPCOMING, get, hang
-from tests.waiting import wait_for
+from tests.support.http_helpers import FLAVOR, ME, UPCOMING, get, hang
+from tests.support.waiting import wait_for
 from watchdog.fake.server import FakeMetadataServer
 
 

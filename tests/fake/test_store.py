@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 from watchdog.fake.store import (
     DEFAULTS,
     NO_NOTIFICATIONS,

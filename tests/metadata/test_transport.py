@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.metadata.errors import ErrorKind, MetadataError
 from watchdog.metadata.transport import (

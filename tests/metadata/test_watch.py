@@ -8,13 +8,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
+from watchdog.core.metadata_values import MaintenanceKind, Preempted, UpcomingMaintenance, WatchedValue
 from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.metadata.backoff import Backoff
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.keys import MAINTENANCE_EVENT, PREEMPTED, UPCOMING_MAINTENANCE, KeySpec
 from watchdog.metadata.transport import MetadataTransport
-from watchdog.metadata.values import MaintenanceKind, Preempted, UpcomingMaintenance, WatchedValue
 from watchdog.metadata.watch import (
     KeyUnsupported,
     KeyWatch,

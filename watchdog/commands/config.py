@@ -11,9 +11,10 @@ import json
 import os
 import sys
 
-from watchdog import config_values
 from watchdog.cli import EXIT_CONFIG
-from watchdog.config import (
+from watchdog.config import values as config_values
+from watchdog.config.schema import SETTINGS
+from watchdog.config.settings import (
     DEFAULT_CONFIG_PATH,
     Config,
     ConfigError,
@@ -22,7 +23,6 @@ from watchdog.config import (
     environment_help,
     load_config,
 )
-from watchdog.config_schema import SETTINGS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

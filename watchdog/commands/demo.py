@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from watchdog.holders import HolderScanner, ScanResult
+from watchdog.host.holders import HolderScanner, ScanResult
 
 MAINTENANCE = "instance/maintenance-event"
 METRICS_SHOWN = (
@@ -39,7 +39,7 @@ METRICS_SHOWN = (
 def _importing_watchdog() -> dict[str, str]:
     """This environment, with the directory this `watchdog` package came from first on PYTHONPATH: the
     .deb keeps it in /usr/lib/tpu-watchdog, which only its launcher puts on sys.path, so a child
-    `python3 -m watchdog.demo_workload` would not find it otherwise."""
+    `python3 -m watchdog.fake.workload` would not find it otherwise."""
     home = str(Path(__file__).resolve().parents[2])
     paths = [home, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
@@ -95,17 +95,17 @@ def relay(stream: object, prefix: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from watchdog.commands.status import render
-    from watchdog.config import default_config
-    from watchdog.daemon import Daemon
+    from watchdog.config.settings import default_config
+    from watchdog.daemon.loop import Daemon
     from watchdog.fake.server import FakeMetadataServer
-    from watchdog.hooks import HookRunner
-    from watchdog.httpapi import HttpSurface
     from watchdog.metadata.errors import ErrorKind
     from watchdog.metadata.transport import MetadataTransport
     from watchdog.metadata.watch import MetadataWatcher, WatchEvent
-    from watchdog.metrics import Metrics
-    from watchdog.notify import Notifier
-    from watchdog.statefile import StateStore
+    from watchdog.store.statefile import StateStore
+    from watchdog.surface.hooks import HookRunner
+    from watchdog.surface.httpapi import HttpSurface
+    from watchdog.surface.metrics import Metrics
+    from watchdog.surface.notify import Notifier
 
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("    daemon  | %(message)s"))
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         device = make_device(tmp)
         checkpoints = tmp / "checkpoints"
         trainer = subprocess.Popen(
-            [sys.executable, "-m", "watchdog.demo_workload", "--hold", str(device),
+            [sys.executable, "-m", "watchdog.fake.workload", "--hold", str(device),
              "--checkpoint-dir", str(checkpoints), "--save-every", "100"],
             stdout=subprocess.PIPE, text=True, env=_importing_watchdog(),
         )  # fmt: skip

@@ -19,8 +19,8 @@ import threading
 import time
 
 from watchdog.cli import EXIT_CONFIG
-from watchdog.config import ConfigError, add_config_arguments, load_config
-from watchdog.drain_record import DrainRecord, End, ProcessRecord
+from watchdog.config.settings import ConfigError, add_config_arguments, load_config
+from watchdog.core.drain_record import DrainRecord, End, ProcessRecord
 
 EXIT_LOST = 1
 EXIT_NO_HOLDERS = 3
@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
         return EXIT_CONFIG
-    from watchdog.drain import drain
-    from watchdog.holders import scanner_for
+    from watchdog.daemon.drain import drain
+    from watchdog.host.holders import scanner_for
 
     out = sys.stdout
     scanner = scanner_for(config)

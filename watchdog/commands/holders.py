@@ -12,8 +12,8 @@ import pwd
 import sys
 from collections.abc import Sequence
 
-from watchdog.holders import DEFAULT_PATTERNS, HolderScanner, ScanResult
-from watchdog.process import Holder
+from watchdog.core.process import Holder
+from watchdog.host.holders import DEFAULT_PATTERNS, HolderScanner, ScanResult
 
 EXIT_HOLDERS = 0
 EXIT_NO_HOLDERS = 1

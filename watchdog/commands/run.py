@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from watchdog.cli import EXIT_CONFIG
-from watchdog.config import ConfigError, add_config_arguments, environment_help, load_config
+from watchdog.config.settings import ConfigError, add_config_arguments, environment_help, load_config
 
 EXIT_CANTCREAT = 73
 
@@ -45,20 +45,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
         return EXIT_CONFIG
 
-    from watchdog.logs import setup_logging
+    from watchdog.surface.logs import setup_logging
 
     setup_logging(config.log_level)
     # Heavy imports after the configuration is known good: a typo costs no start-up time.
-    from watchdog.daemon import Daemon
-    from watchdog.holders import scanner_for
-    from watchdog.hooks import HookRunner
-    from watchdog.httpapi import HttpSurface
+    from watchdog.daemon.loop import Daemon
+    from watchdog.host.holders import scanner_for
     from watchdog.metadata.errors import ErrorKind
     from watchdog.metadata.transport import MetadataTransport, read_host_info, resolve_metadata_host
     from watchdog.metadata.watch import MetadataWatcher, WatchEvent
-    from watchdog.metrics import Metrics
-    from watchdog.notify import Notifier
-    from watchdog.statefile import StateDirError, StateStore
+    from watchdog.store.statefile import StateDirError, StateStore
+    from watchdog.surface.hooks import HookRunner
+    from watchdog.surface.httpapi import HttpSurface
+    from watchdog.surface.metrics import Metrics
+    from watchdog.surface.notify import Notifier
 
     try:
         store = StateStore(config.state_dir)

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from watchdog.config import ConfigError, add_config_arguments, load_config
+from watchdog.config.settings import ConfigError, add_config_arguments, load_config
 
 EXIT_FROM_STATE_FILE = 3
 

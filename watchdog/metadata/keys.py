@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from watchdog.metadata.values import (
+from watchdog.core.metadata_values import (
     WatchedValue,
     parse_maintenance_event,
     parse_preempted,

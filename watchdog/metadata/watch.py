@@ -17,18 +17,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
-from watchdog.clock import Clock, SystemClock
-from watchdog.metadata.backoff import Backoff
-from watchdog.metadata.errors import ErrorKind, MetadataError
-from watchdog.metadata.keys import DEFAULT_KEYS, KEY_SPECS, KeySpec
-from watchdog.metadata.transport import MetadataResponse, MetadataTransport
-from watchdog.metadata.values import (
+from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.metadata_values import (
     MaintenanceEvent,
     MaintenanceKind,
     MalformedValue,
     UpcomingMaintenance,
     WatchedValue,
 )
+from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.errors import ErrorKind, MetadataError
+from watchdog.metadata.keys import DEFAULT_KEYS, KEY_SPECS, KeySpec
+from watchdog.metadata.transport import MetadataResponse, MetadataTransport
 
 log = logging.getLogger(__name__)
 

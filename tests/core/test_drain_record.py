@@ -1,0 +1,112 @@
+"""The drain record: exit statuses decoded and rendered, and the record as an SRE and a JSON reader see it."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from watchdog.core.drain_record import (
+    DrainRecord,
+    End,
+    ExitStatus,
+    Outcome,
+    ProcessRecord,
+    SentSignal,
+    SignalResult,
+)
+from watchdog.core.process import ProcessIdentity
+
+
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        (0, "exited 0"),
+        (3 << 8, "exited 3"),
+        (15, "killed by signal 15"),
+        (9, "killed by signal 9"),
+        (9 | 0x80, "killed by signal 9"),  # core dumped
+    ],
+)
+def test_wait_status_decoding(status: int, text: str) -> None:
+    assert str(ExitStatus.from_wait_status(status)) == text
+
+
+def test_unknown_status() -> None:
+    assert str(ExitStatus()) == "unknown"
+    assert not ExitStatus().known
+
+
+def record() -> DrainRecord:
+    r = DrainRecord(
+        started=100.0, started_wall=1_700_000_000.0, deadline=400.0, on_timeout="kill", dry_run=False
+    )
+    a = ProcessIdentity(10, 111)
+    b = ProcessIdentity(20, 222)
+    c = ProcessIdentity(30, 333)
+    r.processes[a] = ProcessRecord(a, "train", ("/dev/accel0",), 100.0)
+    r.processes[a].signals.append(SentSignal(signal.SIGTERM, 100.0, SignalResult.SENT))
+    r.processes[a].end, r.processes[a].ended_at = End.EXITED, 101.5
+    r.processes[a].exit_status = ExitStatus(signal=15)
+    r.processes[b] = ProcessRecord(b, "stuck", ("/dev/accel1",), 100.0)
+    r.processes[b].signals += [
+        SentSignal(signal.SIGTERM, None, SignalResult.SENT),
+        SentSignal(signal.SIGKILL, 400.0, SignalResult.DENIED),
+    ]
+    r.processes[c] = ProcessRecord(c, "eval", ("/dev/accel0",), 100.5)
+    r.processes[c].end, r.processes[c].ended_at = End.RELEASED, 102.0
+    r.outcome, r.ended = Outcome.TIMED_OUT, 410.0
+    r.notes.append("1 process(es) still running after SIGKILL")
+    return r
+
+
+def test_summary_says_who_blocked_and_why() -> None:
+    text = record().summary()
+    assert text.splitlines()[0].startswith("drain timed_out after 310.00 s (deadline +300.0 s")
+    assert "10@111 train; SIGTERM sent +0.00 s; killed by signal 15 at +1.50 s" in text
+    assert "no checkpoint" in text
+    assert (
+        "20@222 stuck; SIGTERM sent before restart; SIGKILL not sent (denied) +300.00 s; still running"
+        in text
+    )
+    assert "30@333 eval; released the device at +2.00 s, still running (not killed)" in text
+    assert "note: 1 process(es) still running after SIGKILL" in text
+
+
+def test_to_dict_is_json_with_wall_clock_times() -> None:
+    data = record().to_dict()
+    json.dumps(data)
+    assert data["outcome"] == "timed_out"
+    assert data["started"] == 1_700_000_000.0
+    assert data["deadline"] == 1_700_000_300.0
+    procs = data["processes"]
+    assert isinstance(procs, list)
+    first = procs[0]
+    assert first["exit_status"] == "killed by signal 15"
+    assert first["signalled_at"] == 1_700_000_000.0
+    assert first["killed"] is False
+    assert procs[1]["signalled_at"] is None  # sent by an earlier run: time unknown
+    assert procs[1]["signals"][1] == {"signal": "SIGKILL", "at": 1_700_000_300.0, "result": "denied"}
+    assert procs[2]["end"] == "released"
+
+
+def test_pending_lists_processes_not_yet_ended() -> None:
+    assert record().pending() == [ProcessIdentity(20, 222)]
+
+
+def test_one_line_summary_counts_how_processes_ended() -> None:
+    record = DrainRecord(started=0.0, started_wall=1.7e9, deadline=300.0, on_timeout="kill", dry_run=False)
+    ok = ProcessRecord(ProcessIdentity(1, 1), "ok", ("/dev/accel0",), 0.0, end=End.EXITED, ended_at=2.0)
+    ok.exit_status = ExitStatus(code=0)
+    default = ProcessRecord(ProcessIdentity(2, 1), "jax", ("/dev/accel0",), 0.0, end=End.EXITED, ended_at=1.0)
+    default.exit_status = ExitStatus(signal=15)
+    stubborn = ProcessRecord(ProcessIdentity(3, 1), "hang", ("/dev/accel0",), 0.0, end=End.EXITED)
+    stubborn.signals.append(SentSignal(9, 300.0, SignalResult.SENT))
+    for proc in (ok, default, stubborn):
+        record.processes[proc.identity] = proc
+    record.outcome, record.ended = Outcome.TIMED_OUT, 301.0
+    line = record.one_line()
+    assert "\n" not in line
+    assert line.startswith("drain timed_out after 301.00 s: 3 process(es): 2 exited, 1 killed")
+    assert "1 died of SIGTERM's default action" in line

@@ -1,0 +1,135 @@
+"""The daemon's state machine: one drain per event, deadlines only move earlier, clearing cancels."""
+
+from __future__ import annotations
+
+from watchdog.core.lifecycle import (
+    CancelDrain,
+    EventCleared,
+    EventStarted,
+    Lifecycle,
+    MoveDeadline,
+    StartDrain,
+    State,
+    Trigger,
+)
+
+TERMINATE = Trigger("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 300.0)
+PREEMPTED = Trigger("preempted", "TRUE", 25.0)
+
+
+def kinds(actions: list[object]) -> list[type]:
+    return [type(a) for a in actions]
+
+
+def test_a_trigger_starts_one_drain_with_its_grace() -> None:
+    life = Lifecycle()
+    actions = life.observe("maintenance-event", TERMINATE, now=1000.0)
+    assert kinds(actions) == [EventStarted, StartDrain]
+    start = actions[1]
+    assert isinstance(start, StartDrain)
+    assert start.deadline == 1300.0
+    assert life.state is State.DRAINING
+
+
+def test_nothing_happens_without_a_trigger() -> None:
+    life = Lifecycle()
+    assert life.observe("maintenance-event", None, now=1.0) == []
+    assert life.state is State.IDLE
+
+
+def test_the_same_event_never_drains_twice() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    life.drain_finished("exited", now=100.0)
+    assert life.state is State.DRAINED
+    # The watch reconnects and reports the same value again: same event, no second drain.
+    assert life.observe("maintenance-event", TERMINATE, now=50.0) == []
+    assert life.state is State.DRAINED
+
+
+def test_a_new_episode_after_clearing_drains_again() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    life.drain_finished("exited", now=100.0)
+    assert kinds(life.observe("maintenance-event", None, now=10.0)) == [EventCleared]
+    assert life.state is State.IDLE
+    assert kinds(life.observe("maintenance-event", TERMINATE, now=20.0)) == [EventStarted, StartDrain]
+
+
+def test_clearing_mid_drain_cancels_it() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    actions = life.observe("maintenance-event", None, now=5.0)
+    assert kinds(actions) == [EventCleared, CancelDrain]
+    assert life.state is State.DRAINING  # until the engine reports the cancellation
+    life.drain_finished("cancelled", now=100.0)
+    assert life.state is State.IDLE
+
+
+def test_a_preemption_during_a_maintenance_drain_shortens_the_deadline() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    actions = life.observe("preempted", PREEMPTED, now=100.0)
+    assert kinds(actions) == [EventStarted, MoveDeadline]
+    move = actions[1]
+    assert isinstance(move, MoveDeadline)
+    assert move.deadline == 125.0
+    assert life.drain is not None
+    assert life.drain.deadline == 125.0
+
+
+def test_a_deadline_is_never_extended() -> None:
+    life = Lifecycle()
+    life.observe("preempted", PREEMPTED, now=0.0)
+    assert kinds(life.observe("maintenance-event", TERMINATE, now=1.0)) == [EventStarted]
+    assert life.drain is not None
+    assert life.drain.deadline == 25.0
+
+
+def test_a_drain_serving_two_events_survives_one_clearing() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    life.observe("preempted", PREEMPTED, now=1.0)
+    assert kinds(life.observe("maintenance-event", None, now=2.0)) == [EventCleared]
+    assert kinds(life.observe("preempted", None, now=3.0)) == [EventCleared, CancelDrain]
+
+
+def test_an_event_after_a_finished_drain_from_another_source_drains_again() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    life.drain_finished("timed_out", now=100.0)
+    assert life.state is State.TIMED_OUT
+    actions = life.observe("preempted", PREEMPTED, now=400.0)
+    assert kinds(actions) == [EventStarted, StartDrain]
+
+
+def test_a_value_change_within_an_episode_is_the_same_event() -> None:
+    life = Lifecycle()
+    migrate = Trigger("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE", 300.0)
+    life.observe("maintenance-event", migrate, now=0.0)
+    life.drain_finished("exited", now=100.0)
+    assert life.observe("maintenance-event", TERMINATE, now=30.0) == []
+    assert life.events["maintenance-event"].value == TERMINATE.value
+
+
+def test_an_event_during_a_cancellation_gets_its_own_drain_afterwards() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    assert kinds(life.observe("maintenance-event", None, now=5.0)) == [EventCleared, CancelDrain]
+    # A preemption arrives before the engine has reported the cancellation: it must not join a drain
+    # that is ending without SIGKILL, and it must not be marked drained by it.
+    assert kinds(life.observe("preempted", PREEMPTED, now=5.1)) == [EventStarted]
+    actions = life.drain_finished("cancelled", now=5.2)
+    assert kinds(actions) == [StartDrain]
+    start = actions[0]
+    assert isinstance(start, StartDrain)
+    assert start.event.source == "preempted"
+    assert start.deadline == 30.1  # its own grace, counted from when it was seen
+    assert life.state is State.DRAINING
+
+
+def test_a_cancellation_is_asked_once() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    life.observe("maintenance-event", None, now=1.0)
+    assert life.observe("maintenance-event", None, now=2.0) == []

@@ -1,0 +1,418 @@
+"""The drain against real processes holding a real device node, found by the real scanner."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.waiting import wait_for
+from tests.support.workloads import OwnScanner, Workloads
+from watchdog.core.drain_record import DrainRecord, End, ExitStatus, Outcome, SignalResult
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.daemon.drain import drain
+from watchdog.host.signals import PidfdSignaller, start_time
+
+TERM, KILL = signal.SIGTERM, signal.SIGKILL
+
+
+@pytest.fixture
+def workloads(tmp_path: Path) -> Iterator[Workloads]:
+    w = Workloads(tmp_path)
+    yield w
+    w.close()
+
+
+def scanner_for(w: Workloads) -> OwnScanner:
+    return OwnScanner(w)
+
+
+@dataclass
+class StaticScan:
+    holders: tuple[Holder, ...] = ()
+
+
+class StaticScanner:
+    def scan(self) -> StaticScan:
+        return StaticScan()
+
+
+class Live:
+    """Collects the hooks' calls and the latest record from another thread."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ProcessIdentity, int]] = []
+        self.record: DrainRecord | None = None
+
+    def intent(self, identity: ProcessIdentity, signum: int) -> None:
+        self.calls.append(("intent", identity, signum))
+
+    def sent(self, identity: ProcessIdentity, signum: int, result: SignalResult) -> None:
+        self.calls.append(("sent", identity, signum))
+
+    def update(self, record: DrainRecord) -> None:
+        self.record = record
+
+    def signalled(self, identity: ProcessIdentity) -> bool:
+        return ("sent", identity, TERM) in self.calls
+
+
+def in_thread(**kwargs: Any) -> tuple[ThreadPoolExecutor, Future[DrainRecord]]:
+    pool = ThreadPoolExecutor(max_workers=1)
+    return pool, pool.submit(drain, **kwargs)
+
+
+def test_workloads_that_exit_on_sigterm_end_the_drain_early(workloads: Workloads) -> None:
+    default = workloads.start("default")
+    handled = workloads.start("handled")
+    slow = workloads.start("slow")
+    forking = workloads.start("fork")
+    session = workloads.start("default", new_session=True)
+    scanner = scanner_for(workloads)
+    holders = scanner.scan().holders
+    assert forking.grandchild is not None
+    everyone = {c.identity for c in workloads.children} | {forking.grandchild}
+    assert {h.identity for h in holders} == everyone
+    live = Live()
+    record = drain(
+        holders, scanner=scanner, grace=120, rescan_interval=0.2, on_intent=live.intent, on_sent=live.sent
+    )
+    assert record.outcome is Outcome.EXITED, record.summary()
+    assert record.ended is not None
+    assert record.ended - record.started < 60
+    procs = record.processes
+    assert str(procs[default.identity].exit_status) == "killed by signal 15"
+    assert str(procs[session.identity].exit_status) == "killed by signal 15"
+    assert str(procs[handled.identity].exit_status) == "exited 0"
+    assert str(procs[slow.identity].exit_status) == "exited 0"
+    assert str(procs[forking.identity].exit_status) == "exited 0"
+    # not our child: its status is known only if it was still a zombie when we looked
+    assert str(procs[forking.grandchild].exit_status) in ("killed by signal 15", "unknown")
+    for identity in everyone:
+        assert not procs[identity].killed
+        assert [c for c in live.calls if c[1] == identity] == [
+            ("intent", identity, TERM),
+            ("sent", identity, TERM),
+        ]
+
+
+def test_ignoring_sigterm_is_killed_at_the_deadline_releasing_is_not(workloads: Workloads) -> None:
+    stubborn = workloads.start("ignore")
+    releasing = workloads.start("release")
+    handled = workloads.start("handled")
+    scanner = scanner_for(workloads)
+    record = drain(scanner.scan().holders, scanner=scanner, grace=2, rescan_interval=0.2, kill_wait=10)
+    assert record.outcome is Outcome.TIMED_OUT, record.summary()
+    procs = record.processes
+    assert procs[stubborn.identity].killed
+    assert str(procs[stubborn.identity].exit_status) == "killed by signal 9"
+    assert procs[releasing.identity].end is End.RELEASED
+    assert not procs[releasing.identity].killed
+    assert releasing.alive()
+    assert not procs[handled.identity].killed
+    assert "released the device" in record.summary()
+
+
+def test_a_holder_that_appears_mid_drain_is_sigtermed_too(workloads: Workloads) -> None:
+    first = workloads.start("gate")
+    scanner = scanner_for(workloads)
+    live = Live()
+    pool, future = in_thread(
+        holders=scanner.scan().holders, scanner=scanner, grace=60, rescan_interval=0.2, on_sent=live.sent
+    )
+    with pool:
+        first.expect("term")
+        newcomer = workloads.start("handled")  # e.g. a supervisor restarting the job
+        wait_for(lambda: live.signalled(newcomer.identity), timeout=30, what="the newcomer's SIGTERM")
+        first.open_gate()
+        record = future.result(timeout=60)
+    assert record.outcome is Outcome.EXITED, record.summary()
+    assert str(record.processes[newcomer.identity].exit_status) == "exited 0"
+    assert record.processes[newcomer.identity].first_seen > record.started
+    assert str(record.processes[first.identity].exit_status) == "exited 0"
+
+
+def test_a_holder_whose_identity_changed_is_never_signalled(workloads: Workloads) -> None:
+    child = workloads.start("report")
+    reused = ProcessIdentity(child.identity.pid, child.identity.start_time - 7)
+    stale = Holder(reused, "python3", (), 0, (str(workloads.device),))
+    record = drain([stale], scanner=StaticScanner(), grace=30)
+    assert record.processes[reused].end is End.IDENTITY_CHANGED
+    assert record.outcome is Outcome.EXITED
+    os.kill(child.identity.pid, signal.SIGUSR1)
+    child.expect("usr1")  # the first signal it saw: no SIGTERM reached it
+    assert child.alive()
+
+
+def test_pid_1_and_the_watchdog_itself_in_a_holder_list_are_never_signalled_nor_waited_for() -> None:
+    """A scanner bug (or a hostile procfs) naming them costs nothing: refused at the signal, drain over."""
+    named = [ProcessIdentity(pid, start_time(pid) or 0) for pid in (1, os.getpid())]
+    holders = [Holder(identity, "init", (), 0, ("/dev/accel0",)) for identity in named]
+    record = drain(holders, scanner=StaticScanner(), grace=30)
+    assert record.outcome is Outcome.EXITED  # nothing left to wait for; no SIGKILL either
+    for identity in named:
+        proc = record.processes[identity]
+        assert proc.end is End.PROTECTED
+        assert [s.result for s in proc.signals] == [SignalResult.PROTECTED]
+        assert "never signalled" in proc.describe(record.started)
+
+
+@pytest.mark.parametrize(("event", "outcome"), [("cancel", Outcome.CANCELLED), ("stop", Outcome.INTERRUPTED)])
+def test_cancel_and_stop_end_the_drain_without_sigkill(
+    workloads: Workloads, event: str, outcome: Outcome
+) -> None:
+    stubborn = workloads.start("ignore")
+    scanner = scanner_for(workloads)
+    cancel, stop = threading.Event(), threading.Event()
+    live = Live()
+    pool, future = in_thread(
+        holders=scanner.scan().holders,
+        scanner=scanner,
+        grace=120,
+        cancel=cancel,
+        stop=stop,
+        on_sent=live.sent,
+    )
+    with pool:
+        wait_for(lambda: live.signalled(stubborn.identity), what="the SIGTERM")
+        (cancel if event == "cancel" else stop).set()
+        record = future.result(timeout=30)
+    assert record.outcome is outcome
+    assert not record.processes[stubborn.identity].killed
+    assert stubborn.alive()
+    assert ("sent", stubborn.identity, KILL) not in live.calls
+
+
+def test_dry_run_sends_nothing_and_reports_the_same(workloads: Workloads) -> None:
+    children = [workloads.start(mode) for mode in ("default", "handled", "ignore")]
+    scanner = scanner_for(workloads)
+    record = drain(scanner.scan().holders, scanner=scanner, grace=1, rescan_interval=0.2, dry_run=True)
+    assert record.outcome is Outcome.TIMED_OUT
+    assert all(child.alive() for child in children)
+    for child in children:
+        proc = record.processes[child.identity]
+        assert proc.signalled_at is not None
+        assert proc.killed  # would have been
+        assert proc.pending
+    assert "dry run: nothing was sent" in record.summary()
+
+
+def test_dry_run_refuses_a_real_signaller(workloads: Workloads) -> None:
+    with pytest.raises(ValueError, match="dry-run signaller"):
+        drain([], scanner=StaticScanner(), dry_run=True, signaller=PidfdSignaller())
+
+
+def test_a_resumed_drain_never_sigterms_again_but_kills_on_time(workloads: Workloads) -> None:
+    child = workloads.start("report")
+    scanner = scanner_for(workloads)
+    live = Live()
+    record = drain(
+        scanner.scan().holders,
+        scanner=scanner,
+        deadline=time.monotonic() + 0.5,
+        already_signalled={child.identity: {TERM}},
+        on_intent=live.intent,
+        on_sent=live.sent,
+    )
+    assert record.outcome is Outcome.TIMED_OUT
+    assert live.calls == [("intent", child.identity, KILL), ("sent", child.identity, KILL)]
+    assert child.popen.wait(timeout=20) == -KILL
+    ready, _, _ = select.select([child.out], [], [], 0)
+    assert ready
+    assert os.read(child.out, 100) == b""
+
+
+def test_failing_hooks_and_scans_are_noted_not_raised(workloads: Workloads) -> None:
+    child = workloads.start("gate")
+
+    class Broken:
+        def scan(self) -> StaticScan:
+            raise OSError("procfs unreadable")
+
+    def persist(identity: ProcessIdentity, signum: int) -> None:
+        raise OSError("disk full")
+
+    live = Live()
+    pool, future = in_thread(
+        holders=scanner_for(workloads).scan().holders,
+        scanner=Broken(),
+        grace=60,
+        rescan_interval=0.05,
+        on_intent=persist,
+        on_update=live.update,
+    )
+
+    def scan_failure_noted() -> bool:
+        return live.record is not None and any("procfs unreadable" in n for n in live.record.notes)
+
+    with pool:
+        child.expect("term")  # sent despite the failed write-ahead
+        wait_for(scan_failure_noted, what="the failed scan in the record")
+        child.open_gate()
+        record = future.result(timeout=30)
+    assert record.outcome is Outcome.EXITED
+    assert any("disk full" in n for n in record.notes)
+
+
+def test_no_holders_returns_at_once() -> None:
+    record = drain([], scanner=StaticScanner())
+    assert record.outcome is Outcome.NO_HOLDERS
+    with pytest.raises(ValueError, match="not both"):
+        drain([], scanner=StaticScanner(), grace=1, deadline=2)
+
+
+# --- the loop driven by an injected clock: no processes, no real time ---------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return 1.7e9 + self.now
+
+
+class FakeWorld:
+    """Signaller, exit waiter and scanner in one: processes live until the script says they exit."""
+
+    dry_run = False
+
+    def __init__(
+        self, clock: FakeClock, holders: list[Holder], exit_on: dict[int, set[ProcessIdentity]]
+    ) -> None:
+        self.clock, self.holding, self.exit_on = clock, list(holders), exit_on
+        self.log: list[tuple[str, ProcessIdentity, int, float]] = []
+        self.exited: list[ProcessIdentity] = []
+        self.watched: set[ProcessIdentity] = set()
+
+    def intent(self, identity: ProcessIdentity, signum: int) -> None:
+        self.log.append(("intent", identity, signum, self.clock.now))
+
+    def prepare(self, identities: object) -> None:
+        pass
+
+    def send(self, identity: ProcessIdentity, signum: int) -> SignalResult:
+        assert self.log[-1] == ("intent", identity, signum, self.clock.now)  # write-ahead came first
+        self.log.append(("send", identity, signum, self.clock.now))
+        if identity in self.exit_on.get(signum, set()):
+            self.exited.append(identity)
+            self.holding = [h for h in self.holding if h.identity != identity]
+        return SignalResult.SENT
+
+    def scan(self) -> StaticScan:
+        return StaticScan(tuple(self.holding))
+
+    def watch(self, identity: ProcessIdentity) -> SignalResult | None:
+        self.watched.add(identity)
+        return None
+
+    def unwatch(self, identity: ProcessIdentity) -> None:
+        self.watched.discard(identity)
+
+    def watching(self) -> set[ProcessIdentity]:
+        return set(self.watched)
+
+    def wait(self, timeout: float) -> list[tuple[ProcessIdentity, ExitStatus]]:
+        self.clock.now += timeout  # time passes only here
+        done = [(i, ExitStatus(code=0)) for i in self.exited if i in self.watched]
+        self.exited = []
+        for i, _ in done:
+            self.watched.discard(i)
+        return done
+
+    def running(self, identity: ProcessIdentity) -> bool:
+        return True
+
+
+def fake_holder(pid: int) -> Holder:
+    return Holder(ProcessIdentity(pid, 1), f"p{pid}", (), 0, ("/dev/accel0",))
+
+
+def test_the_deadline_follows_the_injected_clock() -> None:
+    clock = FakeClock()
+    obedient, stubborn = fake_holder(1), fake_holder(2)
+    world = FakeWorld(clock, [obedient, stubborn], {TERM: {obedient.identity}, KILL: {stubborn.identity}})
+    updates: list[DrainRecord] = []
+    record = drain(
+        [obedient, stubborn],
+        scanner=world,
+        signaller=world,
+        exits=world,
+        clock=clock,
+        grace=30,
+        on_intent=world.intent,
+        on_update=updates.append,
+    )
+    assert record.outcome is Outcome.TIMED_OUT
+    sends = [(e[1].pid, e[2], e[3] - 5000.0) for e in world.log if e[0] == "send"]
+    assert sends == [(1, TERM, 0.0), (2, TERM, 0.0), (2, KILL, pytest.approx(30.0))]
+    assert str(record.processes[stubborn.identity].exit_status) == "exited 0"
+    assert updates[-1].outcome is Outcome.TIMED_OUT
+    assert len(updates) < 40  # throttled: not one copy per 0.1 s tick of a 30 s drain
+
+
+def test_stop_interrupts_before_the_deadline_under_an_injected_clock() -> None:
+    clock = FakeClock()
+    h = fake_holder(1)
+    world = FakeWorld(clock, [h], {})
+    stop = threading.Event()
+
+    def update(record: DrainRecord) -> None:
+        if clock.now > 5010:
+            stop.set()
+
+    record = drain(
+        [h],
+        scanner=world,
+        signaller=world,
+        exits=world,
+        clock=clock,
+        grace=300,
+        stop=stop,
+        on_update=update,
+        on_intent=world.intent,
+    )
+    assert record.outcome is Outcome.INTERRUPTED
+    assert record.ended is not None
+    assert record.ended - record.started < 12
+    assert not record.processes[h.identity].killed
+
+
+def test_a_wave_of_signals_has_its_intents_written_once_before_the_first_signal(workloads: Workloads) -> None:
+    children = [workloads.start("report") for _ in range(3)]  # say "term" on SIGTERM; never exit
+    waves: list[tuple[list[tuple[ProcessIdentity, int]], bool]] = []
+    results: list[list[tuple[ProcessIdentity, int, SignalResult]]] = []
+
+    def anyone_signalled() -> bool:
+        ready, _, _ = select.select([c.out for c in children], [], [], 0)
+        return bool(ready)
+
+    def intents(wave: Any) -> None:
+        waves.append((list(wave), anyone_signalled()))
+
+    record = drain(
+        scanner_for(workloads).scan().holders,
+        scanner=scanner_for(workloads),
+        grace=1.0,
+        rescan_interval=0.2,
+        on_intents=intents,
+        on_sents=lambda sent: results.append(list(sent)),
+    )
+    assert record.outcome is Outcome.TIMED_OUT
+    (terms, early), (kills, _) = waves
+    assert sorted(terms) == sorted((c.identity, TERM) for c in children)
+    assert not early  # every intent was written before any child got its SIGTERM
+    assert sorted(kills) == sorted((c.identity, KILL) for c in children)
+    assert [r for _, _, r in results[0]] == [SignalResult.SENT] * 3

@@ -1,0 +1,125 @@
+"""A real daemon in a thread: real fake metadata server over loopback HTTP, real watches, a real state file,
+real children holding a real device node, real signals. Timings are shortened (hanging GETs of 2 s, fast
+backoff); nothing else is replaced. The scanner is narrowed to the test's own processes (see OwnScanner)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.support.waiting import wait_for
+from tests.support.workloads import OwnScanner, Workloads
+from watchdog.config.settings import Config, default_config
+from watchdog.daemon.loop import Daemon
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.errors import ErrorKind
+from watchdog.metadata.transport import MetadataTransport
+from watchdog.metadata.watch import MetadataWatcher, WatchMode, WatchTiming
+from watchdog.store.statefile import StateStore
+from watchdog.surface.hooks import HookRunner
+from watchdog.surface.metrics import Metrics
+from watchdog.surface.notify import Notifier
+
+MAINTENANCE = "instance/maintenance-event"
+PREEMPTED = "instance/preempted"
+UPCOMING = "instance/upcoming-maintenance"
+FAST = WatchTiming(
+    read_margin_sec=2.0,
+    request_timeout_sec=2.0,
+    spin_guard_sec=0.05,
+    poll_interval_sec=1.0,
+    unsupported_recheck_sec=0.5,
+)
+
+
+def harness_config(state_dir: Path, workloads: Workloads, **overrides: Any) -> Config:
+    base = dataclasses.replace(
+        default_config(),
+        devices=(str(workloads.device),),
+        state_dir=str(state_dir),
+        maintenance_grace=30.0,
+        preemption_grace=2.0,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+class DaemonHarness:
+    def __init__(
+        self,
+        state_dir: Path,
+        fake: FakeMetadataServer,
+        workloads: Workloads,
+        notifier: Notifier | None = None,
+        store: StateStore | None = None,
+        scanner: Any = None,
+        **overrides: Any,
+    ) -> None:
+        self.config = harness_config(state_dir, workloads, **overrides)
+        self.fake = fake
+        self.stop = threading.Event()
+        self.transport = MetadataTransport(fake.address)
+        self.metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
+        self.store = store or StateStore(self.config.state_dir)
+
+        def watcher(emit: Any) -> MetadataWatcher:
+            return MetadataWatcher(
+                self.transport,
+                emit,
+                self.stop,
+                timeout_sec=2,
+                timing=FAST,
+                backoff_factory=lambda: Backoff(initial=0.05, cap=0.2),
+            )
+
+        self.daemon = Daemon(
+            self.config,
+            stop=self.stop,
+            watcher_factory=watcher,
+            scanner=scanner or OwnScanner(workloads),
+            store=self.store,
+            hooks=HookRunner.from_config(self.config),
+            notifier=notifier or Notifier(environ={}),
+            metrics=self.metrics,
+        )
+        self.thread = threading.Thread(target=self.daemon.run, name="daemon under test", daemon=True)
+
+    def __enter__(self) -> DaemonHarness:
+        self.thread.start()
+        wait_for(self.every_key_answered, what="the first value of every watched key (or its 404)")
+        return self
+
+    def every_key_answered(self) -> bool:
+        unsupported = sum(s.mode is WatchMode.UNSUPPORTED for s in self.daemon.watcher.statuses())
+        return len(self.daemon.view.values) + unsupported == len(self.daemon.watcher.watches)
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.transport.close()
+        assert not self.thread.is_alive(), "the daemon did not stop within 10 s"
+
+    @property
+    def state(self) -> str:
+        return self.daemon.lifecycle.state.value
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def wait_state(self, state: str, timeout: float = 20.0) -> None:
+        wait_for(
+            lambda: self.state == state, timeout=timeout, what=f"daemon state {state} (now {self.state})"
+        )
+
+    def wait_metric(self, name: str, value: float, timeout: float = 20.0, **labels: str) -> None:
+        wait_for(
+            lambda: self.metric(name, **labels) >= value,
+            timeout=timeout,
+            what=f"{name}{labels} >= {value} (now {self.metric(name, **labels)})",
+        )

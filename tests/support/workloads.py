@@ -1,0 +1,179 @@
+"""Real child processes holding a real device node, each behaving like one kind of TPU workload.
+
+Each child opens the device, then reports on its own pipe ("ready PID", "term", "released", ...), so tests
+wait on what a child says, never on a sleep. `Workloads.close()` SIGKILLs and reaps every child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import select
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from watchdog.core.process import ProcessIdentity
+from watchdog.host.holders import HolderScanner, ScanResult
+from watchdog.host.signals import start_time
+
+# Modes: default (SIGTERM's default action), handled (saves, exits 0), slow (exits 0 ~1 s after SIGTERM),
+# ignore (SIG_IGN: needs SIGKILL), release (closes the device on SIGTERM, keeps running), gate (on SIGTERM
+# says "term", exits 0 when its stdin closes), fork (handled, plus a child of its own holding the device
+# with the default action), report (says "term"/"usr1" for each signal, never exits).
+CHILD = r"""
+import os, signal, sys, time
+mode, device, out = sys.argv[1], sys.argv[2], int(sys.argv[3])
+dev = os.open(device, os.O_RDONLY)
+def say(text):
+    os.write(out, (text + "\n").encode())
+def release(*_):
+    os.close(dev)
+    say("released")
+def gate(*_):
+    say("term")
+    sys.stdin.read()
+    os._exit(0)
+if mode == "handled":
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+elif mode == "slow":
+    signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.0), os._exit(0)))
+elif mode == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+elif mode == "release":
+    signal.signal(signal.SIGTERM, release)
+elif mode == "gate":
+    signal.signal(signal.SIGTERM, gate)
+elif mode == "report":
+    signal.signal(signal.SIGTERM, lambda *_: say("term"))
+    signal.signal(signal.SIGUSR1, lambda *_: say("usr1"))
+elif mode == "fork":
+    if os.fork() == 0:
+        say(f"grandchild {os.getpid()}")
+        while True:
+            signal.pause()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+say(f"ready {os.getpid()}")
+while True:
+    signal.pause()
+"""
+
+
+def make_device(directory: Path, name: str = "accel0") -> Path:
+    """A real character device node on ext4, like /dev/accel0. Its numbers are /dev/full's (1,7), not
+    /dev/null's (1,3): the scanner also matches by device number, and nearly every process holds /dev/null
+    (a drain over such a scan would signal them all: `OwnScanner` is the guard against that)."""
+    path = directory / name
+    os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+    return path
+
+
+class Child:
+    """One workload process and the read end of its report pipe."""
+
+    def __init__(self, mode: str, device: Path, new_session: bool = False) -> None:
+        read_end, write_end = os.pipe()
+        self.out = read_end
+        self._buffer = b""
+        self.popen = subprocess.Popen(
+            [sys.executable, "-c", CHILD, mode, str(device), str(write_end)],
+            pass_fds=(write_end,),
+            stdin=subprocess.PIPE,
+            start_new_session=new_session,
+        )
+        os.close(write_end)
+        self.mode = mode
+        self.grandchild_pidfd: int | None = None
+        self.grandchild: ProcessIdentity | None = None
+        self.identity = ProcessIdentity(self.popen.pid, 0)
+
+    def wait_ready(self) -> None:
+        """Wait until the child (and its own child, in fork mode) holds the device; learn who it is."""
+        expected = {"ready", "grandchild"} if self.mode == "fork" else {"ready"}
+        lines = [self.expect("") for _ in expected]
+        for line in lines:
+            if line.startswith("grandchild"):  # the two say it in either order
+                pid = int(line.split()[1])
+                self.grandchild_pidfd = os.pidfd_open(pid)
+                start = start_time(pid)
+                assert start is not None
+                self.grandchild = ProcessIdentity(pid, start)
+        assert {line.split()[0] for line in lines} == expected, lines
+        start = start_time(self.popen.pid)
+        assert start is not None
+        self.identity = ProcessIdentity(self.popen.pid, start)
+
+    def expect(self, prefix: str, timeout: float = 20.0) -> str:
+        """The next line the child says, which must start with `prefix`."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.out], [], [], max(0.0, left))
+            chunk = os.read(self.out, 4096) if ready else b""
+            if not chunk:
+                raise AssertionError(f"child {self.popen.pid} said nothing starting with {prefix!r}")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        text = line.decode()
+        assert text.startswith(prefix), f"child {self.popen.pid} said {text!r}, expected {prefix!r}"
+        return text
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def open_gate(self) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.close()
+
+    def close(self) -> None:
+        if self.grandchild_pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.grandchild_pidfd, signal.SIGKILL)
+            os.close(self.grandchild_pidfd)
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(timeout=20)
+        if self.popen.stdin is not None:
+            self.popen.stdin.close()
+        os.close(self.out)
+
+
+class Workloads:
+    """The children of one test, all holding `device`; closing kills and reaps them all."""
+
+    def __init__(self, directory: Path) -> None:
+        self.device = make_device(directory)
+        self.children: list[Child] = []
+
+    def start(self, mode: str, new_session: bool = False) -> Child:
+        child = Child(mode, self.device, new_session)
+        self.children.append(child)
+        child.wait_ready()
+        return child
+
+    def identities(self) -> set[ProcessIdentity]:
+        """Every process this test started (children and their own children)."""
+        found = {c.identity for c in self.children}
+        return found | {c.grandchild for c in self.children if c.grandchild is not None}
+
+    def close(self) -> None:
+        for child in self.children:
+            child.close()
+
+
+class OwnScanner:
+    """The real `HolderScanner` on the test's node, narrowed to the test's own processes: whatever else
+    shares the node's device number, a test never drains (signals) anything it did not start."""
+
+    def __init__(self, workloads: Workloads) -> None:
+        self.workloads = workloads
+        self.inner = HolderScanner(patterns=[str(workloads.device)])
+
+    def scan(self) -> ScanResult:
+        result = self.inner.scan()
+        own = self.workloads.identities()
+        return dataclasses.replace(result, holders=tuple(h for h in result.holders if h.identity in own))

@@ -1,0 +1,234 @@
+"""Hooks as real child processes: their environment, output bound, timeouts, failures, and shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.waiting import wait_for
+from watchdog.config.settings import default_config
+from watchdog.surface import hooks as hooks_module
+from watchdog.surface.hooks import HookContext, HookResult, HookRun, HookRunner
+
+CONTEXT = HookContext(
+    "maintenance-event",
+    "TERMINATE_ON_HOST_MAINTENANCE",
+    event_id="ev-7",
+    deadline=1_800_000_300.0,
+    dry_run=True,
+)
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+@pytest.fixture
+def runners() -> Iterator[list[HookRunner]]:
+    made: list[HookRunner] = []
+    yield made
+    for runner in made:
+        runner.close(5.0)
+
+
+def runner_for(
+    runners: list[HookRunner], argv: list[str] | None, timeout: float = 20.0, **kw: int
+) -> HookRunner:
+    runner = HookRunner(
+        {"on_event_start": argv}, timeout, environ={"PATH": os.environ["PATH"], "KEEP": "me"}, **kw
+    )
+    runners.append(runner)
+    return runner
+
+
+def finish(run: HookRun | None) -> HookResult:
+    assert run is not None
+    result = run.wait(20.0)
+    assert result is not None, "the hook did not finish"
+    return result
+
+
+def test_the_environment_and_argv_reach_the_hook_without_a_shell(runners: list[HookRunner]) -> None:
+    code = (
+        "import json, os, sys; print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:], "
+        "'stdin': os.readlink('/proc/self/fd/0'), 'pgid_is_own': os.getpgid(0) == os.getpid()}))"
+    )
+    runner = runner_for(runners, [*python(code), "$HOME", "a b;true"])
+    result = finish(runner.run_hook("on_event_start", CONTEXT))
+    assert result.status == "ok", result
+    seen = json.loads(result.output)
+    env = seen["env"]
+    assert env["TPU_WATCHDOG_HOOK"] == "on_event_start"
+    assert env["TPU_WATCHDOG_EVENT"] == "maintenance-event=TERMINATE_ON_HOST_MAINTENANCE"
+    assert env["TPU_WATCHDOG_EVENT_ID"] == "ev-7"
+    assert env["TPU_WATCHDOG_DEADLINE"] == "2027-01-15T08:05:00Z"
+    assert env["TPU_WATCHDOG_DEADLINE_EPOCH"] == "1800000300.000"
+    assert env["TPU_WATCHDOG_DRY_RUN"] == "1"
+    assert env["TPU_WATCHDOG_OUTCOME"] == ""
+    assert env["KEEP"] == "me"
+    assert seen["argv"] == ["$HOME", "a b;true"]  # no shell expanded or split anything
+    assert seen["stdin"] == "/dev/null"
+    assert seen["pgid_is_own"] is True
+
+
+def test_a_hanging_hook_is_killed_with_its_group_and_run_hook_returns_at_once(
+    runners: list[HookRunner], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pid_file = tmp_path / "child.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen(['sleep', '60'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('waiting', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    runner = runner_for(runners, python(code), timeout=1.0)
+    with caplog.at_level(logging.INFO, logger="watchdog.surface.hooks"):
+        run = runner.run_hook("on_event_start", CONTEXT)
+        assert run is not None
+        assert not run.done  # returned while the hook runs
+        grandchild = int(
+            wait_for(lambda: pid_file.exists() and pid_file.read_text(), what="the hook's child")
+        )
+        result = finish(run)
+    assert result.status == "timed_out"
+    assert result.returncode == -signal.SIGKILL
+    assert result.output.strip() == "waiting"
+    wait_for(lambda: not _alive(grandchild), what="the hook's own child to be killed with its group")
+    assert "timed out" in caplog.text
+
+
+def test_a_failing_hook_is_logged_not_raised(
+    runners: list[HookRunner], caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = runner_for(runners, python("import sys; print('disk full'); sys.exit(3)"))
+    with caplog.at_level(logging.INFO, logger="watchdog.surface.hooks"):
+        result = finish(runner.run_hook("on_event_start", CONTEXT))
+    assert (result.status, result.returncode) == ("failed", 3)
+    assert "exited 3" in caplog.text
+    assert "disk full" in caplog.text
+
+
+def test_a_missing_executable_is_logged_not_raised(
+    runners: list[HookRunner], caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = runner_for(runners, ["/nonexistent/bin/page-the-sre", "--now"])
+    with caplog.at_level(logging.INFO, logger="watchdog.surface.hooks"):
+        result = finish(runner.run_hook("on_event_start", CONTEXT))
+    assert result.status == "not_run"
+    assert result.returncode is None
+    assert "No such file" in result.error
+    assert "could not be run" in caplog.text
+
+
+def test_output_is_bounded(runners: list[HookRunner]) -> None:
+    runner = runner_for(runners, python("import sys; sys.stdout.write('x' * 1_000_000)"), output_limit=1000)
+    result = finish(runner.run_hook("on_event_start", CONTEXT))
+    assert result.status == "ok"
+    assert result.output == "x" * 1000
+    assert result.dropped_bytes == 999_000
+
+
+def test_a_background_child_holding_the_output_open_does_not_hold_the_result(
+    runners: list[HookRunner],
+) -> None:
+    runner = runner_for(runners, ["sh", "-c", "sleep 30 & echo $!; echo started"])
+    result = finish(runner.run_hook("on_event_start", CONTEXT))
+    leftover = int(result.output.split()[0])
+    os.kill(leftover, signal.SIGKILL)  # it outlived its hook by design; the test cleans it up
+    assert result.status == "ok"
+    assert result.output.split()[1] == "started"
+
+
+def test_close_kills_hooks_still_running(runners: list[HookRunner]) -> None:
+    runner = runner_for(runners, python("import time; time.sleep(60)"), timeout=60.0)
+    run = runner.run_hook("on_event_start", CONTEXT)
+    assert runner.close(0.2) is False
+    result = finish(run)
+    assert result.status == "killed"
+    assert runner.run_hook("on_event_start", CONTEXT) is None  # nothing starts after close
+
+
+def test_close_waits_for_hooks_that_finish(runners: list[HookRunner]) -> None:
+    runner = runner_for(runners, python("pass"))
+    run = runner.run_hook("on_event_start", CONTEXT)
+    assert runner.close(20.0) is True
+    assert finish(run).status == "ok"
+
+
+def test_no_command_means_nothing_runs(runners: list[HookRunner]) -> None:
+    runner = HookRunner.from_config(default_config())
+    runners.append(runner)
+    assert runner.run_hook("on_drain_end", CONTEXT) is None
+    with pytest.raises(ValueError, match="unknown hook"):
+        runner.run_hook("on_lunch", CONTEXT)
+
+
+def _alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie nobody has reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_without_pidfds_exits_and_timeouts_are_still_seen(
+    runners: list[HookRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kernels before 5.3 have no pidfd: the runner polls the child instead."""
+    monkeypatch.setattr(hooks_module, "_pidfd_open", lambda pid: None)
+    failing = runner_for(runners, python("import sys; sys.exit(4)"))
+    assert finish(failing.run_hook("on_event_start", CONTEXT)).returncode == 4
+    hanging = runner_for(runners, python("import time; time.sleep(60)"), timeout=0.3)
+    assert finish(hanging.run_hook("on_event_start", CONTEXT)).status == "timed_out"
+
+
+# -- who may choose what a hook runs ------------------------------------------------------------------------
+
+
+def stat_of(mode: int, uid: int) -> os.stat_result:
+    """A stat result with only the mode and owner that matter here."""
+    return os.stat_result((mode, 0, 0, 1, uid, 0, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("mode", "uid", "euid", "expected"),
+    [
+        (0o100644, 0, 0, None),
+        (0o100755, 0, 1000, None),  # root's file: an unprivileged daemon trusts root anyway
+        (0o100644, 1000, 1000, None),  # the daemon's own user
+        (0o040755, 1000, 0, "/x is owned by uid 1000 (fix: chown root /x)"),
+        (0o100644, 1001, 1000, "/x is owned by uid 1001 (fix: chown 1000 /x)"),
+        (0o100664, 0, 0, "/x is group-writable (fix: chmod go-w /x)"),
+        (0o041777, 0, 0, "/x is group- and other-writable (fix: chmod go-w /x)"),  # sticky or not
+        (0o100602, 7, 0, "/x is owned by uid 7 and other-writable (fix: chown root /x && chmod go-w /x)"),
+    ],
+)
+def test_untrusted_because_says_what_is_wrong_and_the_fix(
+    mode: int, uid: int, euid: int, expected: str | None
+) -> None:
+    assert hooks_module.untrusted_because("/x", stat_of(mode, uid), euid=euid) == expected
+
+
+def test_untrusted_because_reads_real_files(tmp_path: Path) -> None:
+    path = tmp_path / "a hook"
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    assert hooks_module.untrusted_because(str(path)) is None
+    os.chown(path, 1000, -1)
+    assert (
+        hooks_module.untrusted_because(str(path)) == f"{path} is owned by uid 1000 (fix: chown root '{path}')"
+    )
+    assert hooks_module.untrusted_because(str(path), euid=1000) is None
+    path.chmod(0o775)
+    assert "group-writable" in (hooks_module.untrusted_because(str(path), euid=1000) or "")
+    with pytest.raises(FileNotFoundError):
+        hooks_module.untrusted_because(str(tmp_path / "absent"))

@@ -1,0 +1,42 @@
+"""Log destinations and the journal fields of key messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from watchdog.surface.logs import MESSAGE_IDS, fields, under_systemd
+
+
+def test_fields_name_the_message_and_prefix_the_rest() -> None:
+    extra = fields("signal_sent", pid=42, process="python3")
+    assert extra == {
+        "MESSAGE_ID": MESSAGE_IDS["signal_sent"],
+        "TPU_WATCHDOG_PID": 42,
+        "TPU_WATCHDOG_PROCESS": "python3",
+    }
+
+
+def test_message_ids_are_distinct_128_bit_ids() -> None:
+    ids = list(MESSAGE_IDS.values())
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+def test_systemd_is_recognised_by_its_environment() -> None:
+    assert under_systemd({"JOURNAL_STREAM": "8:1234"})
+    assert under_systemd({"INVOCATION_ID": "abc"})
+    assert not under_systemd({})
+
+
+def test_outside_systemd_lines_go_to_stderr() -> None:
+    code = (
+        "import logging; from watchdog.surface.logs import setup_logging; setup_logging('info', {}); "
+        "logging.getLogger('x').info('hello %s', 'world'); logging.getLogger('x').debug('hidden')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30, env={}
+    )
+    assert done.stdout == ""
+    assert done.stderr.rstrip().endswith("INFO hello world")
+    assert "hidden" not in done.stderr

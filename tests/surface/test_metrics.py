@@ -1,0 +1,78 @@
+"""The metrics: all present from start-up, bounded labels, and clean for promtool."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+
+import pytest
+from prometheus_client import generate_latest
+
+from watchdog.surface.metrics import ENDPOINTS, OUTCOMES, SIGNALS, STATES, Metrics
+
+KINDS = ("timeout", "http_5xx")
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_every_series_exists_from_start_up() -> None:
+    metrics = Metrics(error_kinds=KINDS)
+    assert value(metrics, "tpu_watchdog_state", state="idle") == 1
+    assert all(value(metrics, "tpu_watchdog_state", state=s) == 0 for s in STATES if s != "idle")
+    assert value(metrics, "tpu_watchdog_maintenance_event", value="NONE") == 1
+    assert all(value(metrics, "tpu_watchdog_signals_sent_total", signal=s) == 0 for s in SIGNALS)
+    assert all(value(metrics, "tpu_watchdog_drains_total", outcome=o) == 0 for o in OUTCOMES)
+    assert all(
+        value(metrics, "tpu_watchdog_metadata_errors_total", endpoint=e, kind=k) == 0
+        for e in ENDPOINTS
+        for k in KINDS
+    )
+    start = value(metrics, "tpu_watchdog_upcoming_maintenance_window_start_timestamp_seconds")
+    assert start is not None
+    assert math.isnan(start)
+    deadline = value(metrics, "tpu_watchdog_drain_deadline_timestamp_seconds")
+    assert deadline is not None
+    assert math.isnan(deadline)
+    assert value(metrics, "tpu_watchdog_drain_duration_seconds_count") == 0
+    assert value(metrics, "tpu_watchdog_drain_duration_seconds_bucket", le="330.0") == 0
+
+
+def test_state_and_event_are_one_hot() -> None:
+    metrics = Metrics()
+    metrics.set_state("draining")
+    assert [value(metrics, "tpu_watchdog_state", state=s) for s in STATES] == [0, 1, 0, 0, 0]
+    metrics.set_maintenance_event("SOMETHING_NEW")
+    assert value(metrics, "tpu_watchdog_maintenance_event", value="UNKNOWN") == 1
+    assert value(metrics, "tpu_watchdog_maintenance_event", value="NONE") == 0
+    assert value(metrics, "tpu_watchdog_maintenance_event", value="SOMETHING_NEW") is None
+
+
+def test_host_info_is_replaced_not_accumulated() -> None:
+    metrics = Metrics()
+    metrics.set_host_info({"instance_id": "1", "accelerator_type": "v4-8", "worker_id": "0", "zone": "z"})
+    labels = {"instance_id": "1", "accelerator_type": "v4-8", "worker_id": "0", "zone": "z"}
+    assert value(metrics, "tpu_watchdog_host_info", **labels) == 1
+    output = generate_latest(metrics.registry).decode()
+    assert output.count("tpu_watchdog_host_info{") == 1
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make test installs it)")
+def test_promtool_finds_nothing_to_say() -> None:
+    metrics = Metrics(error_kinds=KINDS)
+    metrics.set_state("drained")
+    metrics.signals_sent.labels("SIGTERM").inc()
+    metrics.drains.labels("exited").inc()
+    metrics.drain_duration.observe(3.2)
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=generate_latest(metrics.registry),
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr.decode()
+    assert checked.stdout == b""
+    assert checked.stderr == b""

@@ -1,0 +1,67 @@
+"""sd_notify against a real AF_UNIX datagram socket, as systemd would receive it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from watchdog.surface.notify import Notifier
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
+    path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(5)
+    yield sock, path
+    sock.close()
+
+
+def test_messages_reach_the_socket(
+    notify_socket: tuple[socket.socket, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sock, path = notify_socket
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    notifier = Notifier()
+    notifier.ready("watching   3 keys\nidle")
+    assert sock.recv(4096).decode() == "READY=1\nSTATUS=watching 3 keys idle"
+    notifier.status("draining: 2 holders")
+    assert sock.recv(4096).decode() == "STATUS=draining: 2 holders"
+    notifier.watchdog()
+    assert sock.recv(4096).decode() == "WATCHDOG=1"
+    notifier.stopping()
+    assert sock.recv(4096).decode() == "STOPPING=1\nSTATUS=stopping"
+
+
+def test_no_notify_socket_is_a_no_op() -> None:
+    notifier = Notifier(environ={})
+    assert not notifier.enabled
+    notifier.ready("x")  # nothing to send to, nothing raised
+    assert notifier.watchdog_interval is None
+
+
+def test_a_bad_notify_socket_warns_once_and_never_raises(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # systemd-python reads NOTIFY_SOCKET from the process environment itself.
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "missing.sock"))
+    notifier = Notifier()
+    with caplog.at_level(logging.WARNING):
+        notifier.ready("a")
+        notifier.status("b")
+    warnings = [r for r in caplog.records if "NOTIFY_SOCKET" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_watchdog_interval_is_half_the_timeout_and_only_for_this_pid() -> None:
+    mine = {"WATCHDOG_USEC": "20000000", "WATCHDOG_PID": str(os.getpid())}
+    assert Notifier(environ=mine).watchdog_interval == 10.0
+    assert Notifier(environ={"WATCHDOG_USEC": "20000000"}).watchdog_interval == 10.0
+    assert Notifier(environ={**mine, "WATCHDOG_PID": "1"}).watchdog_interval is None
+    assert Notifier(environ={"WATCHDOG_USEC": "0"}).watchdog_interval is None

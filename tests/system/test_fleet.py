@@ -1,0 +1,280 @@
+"""The fleet view, end to end: 50 daemons (one per simulated TPU VM, each with its own fake metadata server,
+device node, state directory and training process), one real Prometheus scraping them all every second with
+the packaged rules loaded, and a maintenance wave across 7 hosts of one slice. The recorded series must name
+exactly those 7 hosts (by instance_id), count them on their slice only, and let them go when the wave ends.
+
+The daemons run in this process (the real Daemon, watches over loopback HTTP, the real HTTP surface); each
+scans /proc with tests.support.workloads.OwnScanner, so it can only ever signal the processes this test
+started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import select
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.daemon_harness import FAST, MAINTENANCE, harness_config
+from tests.support.prometheus_server import PrometheusServer
+from tests.support.waiting import wait_for
+from tests.support.workloads import Child, OwnScanner, Workloads
+from watchdog.daemon.loop import Daemon
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.errors import ErrorKind
+from watchdog.metadata.transport import MetadataTransport, read_host_info
+from watchdog.metadata.watch import MetadataWatcher
+from watchdog.store.statefile import StateStore
+from watchdog.surface.hooks import HookRunner
+from watchdog.surface.httpapi import HttpSurface
+from watchdog.surface.metrics import Metrics
+from watchdog.surface.notify import Notifier
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = [
+    REPO / "packaging" / "prometheus" / "tpu-watchdog.rules.yml",
+    REPO / "packaging" / "prometheus" / "tpu-watchdog-fleet.rules.yml",
+]
+PROJECT = "123456789012"
+# One 32-host v5p-256 slice (4 chips per VM) and 18 single-host v4-8 VMs: 50 daemons.
+V5P = ("v5p-256", "us-east5-a")
+V4 = ("v4-8", "us-central2-b")
+WAVE_WORKERS = range(9, 16)  # 7 hosts of the v5p slice
+HANG_SEC = 10  # hanging-GET timeout: long enough that 150 idle watches cost little CPU here
+PROMETHEUS_WITHIN = 30.0  # the first sample comes 5-6 s after Prometheus starts; 50 targets, 2 shared cores
+
+needs_prometheus = pytest.mark.skipif(
+    shutil.which("prometheus") is None,
+    reason="prometheus missing: `apt-get install --no-install-recommends prometheus` (make installs it)",
+)
+pytestmark = [needs_prometheus, pytest.mark.slow]
+
+
+@dataclasses.dataclass
+class Host:
+    """One simulated TPU VM: its metadata server, its training process, its daemon and that daemon's HTTP."""
+
+    instance_id: str
+    accelerator_type: str
+    zone: str
+    worker_id: int
+    fake: FakeMetadataServer
+    workloads: Workloads
+    trainer: Child
+    stop: threading.Event
+    transport: MetadataTransport
+    daemon: Daemon
+    thread: threading.Thread
+    http: HttpSurface
+
+    @property
+    def state(self) -> str:
+        return self.daemon.lifecycle.state.value
+
+
+def start_host(root: Path, index: int, slice_: tuple[str, str], worker_id: int) -> Host:
+    accelerator_type, zone = slice_
+    instance_id = str(7_100_000_000_000_000_000 + index)
+    directory = root / f"host-{index:02d}"
+    (directory / "dev").mkdir(parents=True)
+    fake = FakeMetadataServer(listen="127.0.0.1:0").start()
+    fake.set("instance/id", instance_id)
+    fake.set("instance/zone", f"projects/{PROJECT}/zones/{zone}")
+    fake.set("instance/attributes/accelerator-type", accelerator_type)
+    fake.set("instance/attributes/worker-id", str(worker_id))
+    workloads = Workloads(directory / "dev")
+    try:
+        trainer = workloads.start("gate")  # on SIGTERM says "term"; exits 0 once the test opens its gate
+    except BaseException:
+        workloads.close()
+        fake.stop()
+        raise
+    config = harness_config(directory / "state", workloads, maintenance_grace=300.0)
+    stop = threading.Event()
+    transport = MetadataTransport(fake.address)
+    metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
+
+    def watcher(emit: Any) -> MetadataWatcher:
+        return MetadataWatcher(
+            transport, emit, stop, timeout_sec=HANG_SEC, timing=FAST,
+            backoff_factory=lambda: Backoff(initial=0.05, cap=0.5),
+        )  # fmt: skip
+
+    daemon = Daemon(
+        config,
+        stop=stop,
+        watcher_factory=watcher,
+        scanner=OwnScanner(workloads),  # type: ignore[arg-type]
+        store=StateStore(config.state_dir),
+        hooks=HookRunner.from_config(config),
+        notifier=Notifier(environ={}),
+        metrics=metrics,
+        host_info=lambda: read_host_info(transport),  # the real path: the daemon asks its metadata server
+    )
+    http = HttpSurface("127.0.0.1:0", daemon.view)
+    http.start()
+    thread = threading.Thread(target=daemon.run, name=f"daemon {index}", daemon=True)
+    thread.start()
+    return Host(
+        instance_id, accelerator_type, zone, worker_id, fake, workloads, trainer, stop, transport, daemon,
+        thread, http,
+    )  # fmt: skip
+
+
+def stop_host(host: Host) -> bool:
+    """Stop one host, everything it started; True if its daemon stopped within 10 s."""
+    host.stop.set()  # also closes its watches' sockets
+    host.thread.join(timeout=10)
+    host.http.stop()
+    host.transport.close()
+    host.fake.stop()
+    host.workloads.close()
+    return not host.thread.is_alive()
+
+
+def stop_hosts(hosts: list[Host]) -> None:
+    """All hosts at once: each stop waits out a server poll interval or a grace of about 0.5 s."""
+    for host in hosts:
+        host.stop.set()
+    with ThreadPoolExecutor(max_workers=len(hosts) or 1) as pool:
+        stopped = list(pool.map(stop_host, hosts))
+    stuck = [host.instance_id for host, ok in zip(hosts, stopped, strict=True) if not ok]
+    assert not stuck, f"daemons that did not stop within 10 s: {stuck}"
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[list[Host]]:
+    hosts: list[Host] = []
+    try:
+        for worker in range(32):
+            hosts.append(start_host(tmp_path, len(hosts), V5P, worker))
+        for _ in range(18):
+            hosts.append(start_host(tmp_path, len(hosts), V4, 0))
+        wait_for(
+            lambda: all(len(h.daemon.view.values) == 3 and h.daemon.view.host for h in hosts),
+            timeout=30,
+            what="every daemon: each watched key answered and its host facts read",
+        )
+        yield hosts
+    finally:
+        stop_hosts(hosts)
+
+
+@pytest.fixture
+def prometheus(fleet: list[Host], tmp_path: Path) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(tmp_path / "prometheus", [host.http.address for host in fleet], RULES)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def instance_ids(result: list[dict[str, Any]]) -> set[str]:
+    return {series["metric"]["instance_id"] for series in result}
+
+
+def by_slice(result: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    return {
+        (series["metric"]["accelerator_type"], series["metric"]["zone"]): float(series["value"][1])
+        for series in result
+    }
+
+
+def said_nothing(child: Child) -> bool:
+    """True if the child has written nothing on its report pipe (a "gate" child writes only on SIGTERM)."""
+    ready, _, _ = select.select([child.out], [], [], 0)
+    return not ready
+
+
+def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
+    fleet: list[Host], prometheus: PrometheusServer
+) -> None:
+    started = time.time()
+    everyone = {host.instance_id for host in fleet}
+    wave = [
+        host for host in fleet if (host.accelerator_type, host.zone) == V5P and host.worker_id in WAVE_WORKERS
+    ]
+    assert len(wave) == 7
+    spared = [host for host in fleet if host not in wave]
+
+    # Before: every host scraped with its host facts, both slices recorded with nobody draining.
+    wait_for(
+        lambda: instance_ids(prometheus.query('tpu_watchdog_host_info{job="tpu-watchdog"}')) == everyone,
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="all 50 hosts scraped with their host_info",
+    )  # fmt: skip
+    wait_for(
+        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum")) == {V5P: 0.0, V4: 0.0},
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="the slice rules evaluated on all hosts, none draining",
+    )  # fmt: skip
+    assert prometheus.query("instance:tpu_watchdog_draining:host_info") == []
+    slice_sizes = prometheus.query(
+        'count by (accelerator_type, zone) (tpu_watchdog_host_info{job="tpu-watchdog"})'
+    )
+    assert by_slice(slice_sizes) == {V5P: 32.0, V4: 18.0}
+
+    # The wave: maintenance on 7 hosts of the v5p slice. Each of their trainers gets SIGTERM.
+    for host in wave:
+        host.fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+    for host in wave:
+        host.trainer.expect("term")
+    wait_for(lambda: all(h.state == "draining" for h in wave), what="every host of the wave draining")
+
+    # The per-host recorded series name exactly the wave; the slice series count it on its slice only.
+    hit = {host.instance_id for host in wave}
+    wait_for(
+        lambda: instance_ids(prometheus.query("instance:tpu_watchdog_draining:host_info")) == hit,
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="instance:tpu_watchdog_draining:host_info == the wave",
+    )  # fmt: skip
+    draining = prometheus.query("instance:tpu_watchdog_draining:host_info")
+    assert {(s["metric"]["accelerator_type"], s["metric"]["zone"]) for s in draining} == {V5P}
+    assert sorted(int(s["metric"]["worker_id"]) for s in draining) == list(WAVE_WORKERS)
+    wait_for(
+        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum")) == {V5P: 7.0, V4: 0.0},
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="7 draining on the v5p slice only",
+    )  # fmt: skip
+    deadline_left = by_slice(prometheus.query("slice:tpu_watchdog_drain_deadline_seconds_left:min"))
+    assert set(deadline_left) == {V5P}
+    assert 0 < deadline_left[V5P] <= 300
+    sigterms = 'sum(tpu_watchdog_signals_sent_total{job="tpu-watchdog", signal="SIGTERM"})'
+    wait_for(
+        lambda: [float(s["value"][1]) for s in prometheus.query(sigterms)] == [7.0],
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="7 SIGTERMs counted across the fleet",
+    )  # fmt: skip
+    assert all(host.state == "idle" for host in spared)
+    assert all(said_nothing(host.trainer) for host in spared), "a host outside the wave signalled its trainer"
+
+    # The wave ends: the trainers checkpoint and exit; the hosts leave the per-host series and the count.
+    for host in wave:
+        host.trainer.open_gate()
+    wait_for(lambda: all(h.state == "drained" for h in wave), what="every host of the wave drained")
+    wait_for(
+        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum")) == {V5P: 0.0, V4: 0.0},
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="the slice count back to 0 after the wave",
+    )  # fmt: skip
+    wait_for(
+        lambda: prometheus.query("instance:tpu_watchdog_draining:host_info") == [],
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="no host draining after the wave",
+    )  # fmt: skip
+    assert prometheus.query("instance:tpu_watchdog_timed_out:host_info") == []
+
+    # Over the whole test, no host outside the wave was ever recorded as draining.
+    window = f"{int(time.time() - started) + 5}s"
+    ever = prometheus.query(
+        f"count by (instance_id) (count_over_time(instance:tpu_watchdog_draining:host_info[{window}]))"
+    )
+    assert instance_ids(ever) == hit
+    failing = [
+        (r["name"], r.get("lastError"))
+        for g in prometheus.rules()
+        for r in g["rules"]
+        if r["health"] == "err"
+    ]
+    assert failing == []

@@ -1,0 +1,208 @@
+"""Every setting once: its TOML key, `Config` attribute, default, parsers, allowed values and flag.
+
+The file, the environment (`TPU_WATCHDOG_` + the key with dots as underscores, upper case), the flags and
+`tpu-watchdog config` are all driven by this one table, so they cannot drift apart. Pure.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from watchdog.config import values as v
+
+ENV_PREFIX = "TPU_WATCHDOG_"
+ON_TIMEOUT = ("kill", "leave")
+MIGRATE_ACTIONS = ("ignore", "drain")
+UNKNOWN_EVENT_ACTIONS = ("drain", "ignore")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str  # dotted TOML key: "drain.maintenance_grace"; top-level keys have no dot
+    attr: str  # the `Config` attribute
+    default: object
+    parse: Callable[[object], object]  # a TOML value -> the typed value (raises BadValueError)
+    parse_text: Callable[[str], object]  # an environment or flag text -> the typed value
+    allowed: str  # what is allowed, in words, for error messages and help
+    flag: str | None = None  # the `run` flag, if there is one
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.key.replace(".", "_").upper()
+
+    @property
+    def section(self) -> str:
+        return self.key.rpartition(".")[0]
+
+
+def _seconds(
+    key: str, attr: str, default: float, flag: str | None, what: str, positive: bool = False
+) -> Setting:
+    return Setting(
+        key,
+        attr,
+        default,
+        functools.partial(v.seconds, positive=positive),
+        functools.partial(v.seconds_text, positive=positive),
+        f"seconds, a number {'>' if positive else '>='} 0 ({what})",
+        flag,
+    )
+
+
+def _choice(key: str, attr: str, default: str, allowed: tuple[str, ...], flag: str | None = None) -> Setting:
+    parse = functools.partial(v.choice, allowed=allowed)
+    return Setting(key, attr, default, parse, parse, " | ".join(allowed), flag)
+
+
+def _hook(attr: str, when: str) -> Setting:
+    return Setting(
+        f"hooks.{attr.removeprefix('hook_')}",
+        attr,
+        None,
+        v.command,
+        v.command_text,
+        f'a command run {when}, as a list of strings (no shell), e.g. ["/usr/local/bin/notify", "--page"]',
+    )
+
+
+_ABSOLUTE_GLOBS = functools.partial(v.strings, absolute_path=True, non_empty=True)
+_ABSOLUTE_PATHS = functools.partial(v.strings, absolute_path=True)
+_NAMES = functools.partial(v.strings, absolute_path=False)
+_PIDS = functools.partial(v.integers, minimum=1)
+_UIDS = functools.partial(v.integers, minimum=0)
+_STATE_DIR = functools.partial(v.string, absolute_path=True)
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "state_dir",
+        "state_dir",
+        "/var/lib/tpu-watchdog",
+        _STATE_DIR,
+        _STATE_DIR,
+        "an absolute directory path",
+        "--state-dir",
+    ),
+    Setting(
+        "listen",
+        "listen",
+        v.Address("127.0.0.1", 9478),
+        v.listen_address,
+        v.listen_address,
+        "HOST:PORT for metrics and health, e.g. 127.0.0.1:9478 or [::1]:9478",
+        "--listen",
+    ),
+    _choice("log_level", "log_level", "info", LOG_LEVELS, "--log-level"),
+    Setting(
+        "dry_run",
+        "dry_run",
+        False,
+        v.boolean,
+        v.boolean_text,
+        "true | false (log what would be signalled, signal nothing)",
+        "--dry-run",
+    ),
+    Setting(
+        "metadata.host",
+        "metadata_host",
+        None,
+        v.metadata_host,
+        v.metadata_host,
+        "HOST or HOST:PORT (unset: GCE_METADATA_HOST, else metadata.google.internal)",
+        "--metadata-host",
+    ),
+    Setting(
+        "devices.patterns",
+        "devices",
+        ("/dev/accel*", "/dev/vfio/*"),
+        _ABSOLUTE_GLOBS,
+        lambda text: _ABSOLUTE_GLOBS(v.list_text(text)),
+        'a non-empty list of absolute path globs, e.g. ["/dev/accel*"]',
+        "--device",
+    ),
+    Setting(
+        "devices.extra_paths",
+        "extra_paths",
+        (),
+        _ABSOLUTE_PATHS,
+        lambda text: _ABSOLUTE_PATHS(v.list_text(text)),
+        'a list of absolute paths whose holders are drained too, e.g. ["/tmp/libtpu_lockfile"]',
+    ),
+    Setting(
+        "exclude.pids",
+        "exclude_pids",
+        (),
+        _PIDS,
+        functools.partial(v.integers_text, minimum=1),
+        "a list of process ids >= 1",
+        "--exclude",
+    ),
+    Setting(
+        "exclude.names",
+        "exclude_names",
+        (),
+        _NAMES,
+        lambda text: _NAMES(v.list_text(text)),
+        "a list of process names (as in /proc/PID/comm)",
+        "--exclude",
+    ),
+    Setting(
+        "exclude.uids",
+        "exclude_uids",
+        (),
+        _UIDS,
+        functools.partial(v.integers_text, minimum=0),
+        "a list of user ids >= 0",
+        "--exclude",
+    ),
+    _seconds(
+        "drain.maintenance_grace",
+        "maintenance_grace",
+        300.0,
+        "--grace",
+        "the wait before SIGKILL on maintenance",
+    ),
+    _seconds(
+        "drain.preemption_grace",
+        "preemption_grace",
+        25.0,
+        "--preempt-grace",
+        "the wait before SIGKILL on preemption",
+    ),
+    _choice("drain.on_timeout", "on_timeout", "kill", ON_TIMEOUT, "--on-timeout"),
+    _choice("events.migrate", "migrate_action", "ignore", MIGRATE_ACTIONS),
+    _choice("events.unknown", "unknown_event_action", "drain", UNKNOWN_EVENT_ACTIONS),
+    Setting(
+        "upcoming_maintenance.drain_before_window",
+        "drain_before_window",
+        None,
+        v.optional_seconds,
+        v.optional_seconds_text,
+        "seconds before the window starts, a number >= 0; 0 = off",
+    ),
+    Setting(
+        "upcoming_maintenance.drain_when_ongoing",
+        "drain_when_ongoing",
+        False,
+        v.boolean,
+        v.boolean_text,
+        "true | false (drain when the maintenance status is ONGOING)",
+    ),
+    _hook("hook_on_event_start", "when an event starts"),
+    _hook("hook_on_drain_end", "when a drain ends"),
+    _hook("hook_on_event_clear", "when an event clears"),
+    _seconds(
+        "hooks.timeout",
+        "hook_timeout",
+        30.0,
+        None,
+        "how long a hook may run before it is killed",
+        positive=True,
+    ),
+)
+
+BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
+BY_ENV: dict[str, Setting] = {s.env: s for s in SETTINGS}
+SECTIONS: frozenset[str] = frozenset(s.section for s in SETTINGS if s.section)

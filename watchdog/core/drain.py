@@ -1,0 +1,261 @@
+"""The drain as a state machine: who to signal, with what, when; when the drain is over; what happened.
+
+Pure: it is fed observations (a scan of the holders, a process's exit, the result of a signal, the time) and
+answers with actions (`SendSignal`) for the edge (`watchdog/daemon/drain.py`) to carry out. It owns
+the record. No I/O and no clock reads, so every transition is tested without processes or waiting.
+
+Phases: WAITING (holders got SIGTERM; wait for them to exit, rescanning for newcomers), then at the deadline
+either KILLING (SIGKILL what still holds a device, wait a bounded time for it to vanish) or straight to DONE
+(on_timeout="leave"). Times are monotonic seconds of the caller's clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from watchdog.core.drain_record import (
+    UNKNOWN_EXIT,
+    DrainRecord,
+    End,
+    ExitStatus,
+    OnTimeout,
+    Outcome,
+    ProcessRecord,
+    SentSignal,
+    SignalResult,
+)
+from watchdog.core.process import Holder, ProcessIdentity
+
+__all__ = [
+    "DrainCore",
+    "DrainRecord",
+    "End",
+    "ExitStatus",
+    "OnTimeout",
+    "Outcome",
+    "Phase",
+    "ProcessRecord",
+    "SendSignal",
+    "SignalResult",
+]
+
+
+class Phase(str, enum.Enum):
+    WAITING = "waiting"
+    KILLING = "killing"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class SendSignal:
+    """Action: signal this process (the edge calls on_intent first, then sends, then reports the result)."""
+
+    identity: ProcessIdentity
+    signum: int
+
+
+class DrainCore:
+    """The drain's decisions. Call `start()` once, then feed observations until `done`."""
+
+    def __init__(
+        self,
+        holders: Iterable[Holder],
+        *,
+        now: float,
+        now_wall: float,
+        deadline: float,
+        on_timeout: OnTimeout = "kill",
+        dry_run: bool = False,
+        already_signalled: Mapping[ProcessIdentity, Collection[int]] | None = None,
+        rescan_interval: float = 1.0,
+        kill_wait: float = 10.0,
+    ) -> None:
+        if on_timeout not in ("kill", "leave"):
+            raise ValueError(f"on_timeout must be 'kill' or 'leave', not {on_timeout!r}")
+        if not rescan_interval > 0:
+            raise ValueError(f"rescan_interval must be > 0 s, not {rescan_interval!r}")
+        if not kill_wait >= 0:
+            raise ValueError(f"kill_wait must be >= 0 s, not {kill_wait!r}")
+        self.record = DrainRecord(
+            started=now, started_wall=now_wall, deadline=deadline, on_timeout=on_timeout, dry_run=dry_run
+        )
+        self.phase = Phase.WAITING
+        self._initial = list(
+            {h.identity: h for h in holders}.values()
+        )  # a duplicate is never signalled twice
+        self._already = {i: set(s) for i, s in (already_signalled or {}).items()}
+        self._rescan_interval = rescan_interval
+        self._kill_wait = kill_wait
+        self._last_scan = now
+        self._kill_deadline: float | None = None
+        self._pending: dict[ProcessIdentity, None] = {}  # record.pending(), kept as it changes (500 holders)
+
+    @property
+    def done(self) -> bool:
+        return self.phase is Phase.DONE
+
+    def pending(self) -> list[ProcessIdentity]:
+        """Processes still waited for: the edge watches these for exit."""
+        return list(self._pending)
+
+    def start(self) -> list[SendSignal]:
+        """The first actions: SIGTERM every holder not already signalled (or, past the deadline, the kill)."""
+        now = self.record.started
+        if not self._initial:
+            self._finish(Outcome.NO_HOLDERS, now)
+            return []
+        if now >= self.record.deadline:
+            return self.observe_scan(self._initial, running=(), now=now)
+        return [a for h in self._initial if (a := self._track(h, now)) is not None]
+
+    def observe_signal(
+        self, identity: ProcessIdentity, signum: int, result: SignalResult, now: float
+    ) -> None:
+        """The edge tried to send `signum`; record what happened."""
+        proc = self.record.processes.get(identity)
+        if proc is None:
+            return
+        was_signalled = any(s.result is SignalResult.SENT for s in proc.signals)
+        proc.signals.append(SentSignal(signum, now, result))
+        if proc.pending and result is SignalResult.PROTECTED:
+            self._end(proc, End.PROTECTED, now)
+        elif proc.pending and result in (SignalResult.GONE, SignalResult.IDENTITY_CHANGED):
+            # Signalled before and now gone: it exited (how is unknown unless the exit is reported too).
+            if was_signalled:
+                self._end(proc, End.EXITED, now, UNKNOWN_EXIT)
+            else:
+                self._end(proc, End.GONE if result is SignalResult.GONE else End.IDENTITY_CHANGED, now)
+        self._settle(now)
+
+    def observe_exit(self, identity: ProcessIdentity, status: ExitStatus, now: float) -> None:
+        """A watched process exited (its pidfd became readable)."""
+        proc = self.record.processes.get(identity)
+        if proc is None:
+            return
+        if proc.pending:
+            self._end(proc, End.EXITED, now, status)
+        elif proc.end is End.EXITED and not (proc.exit_status and proc.exit_status.known):
+            proc.exit_status = status
+        self._settle(now)
+
+    def wants_scan(self, now: float) -> bool:
+        """True when a rescan is due: every `rescan_interval`, and once at the deadline."""
+        if self.phase is not Phase.WAITING:
+            return False
+        return now >= self.record.deadline or now >= self._last_scan + self._rescan_interval
+
+    def timeout(self, now: float) -> float:
+        """Seconds until something is due (a scan, the deadline, the end of the kill wait)."""
+        if self.phase is Phase.WAITING:
+            due = min(self._last_scan + self._rescan_interval, self.record.deadline)
+        elif self.phase is Phase.KILLING and self._kill_deadline is not None:
+            due = self._kill_deadline
+        else:
+            return 0.0
+        return max(0.0, due - now)
+
+    def observe_scan(
+        self, holders: Sequence[Holder] | None, running: Collection[ProcessIdentity], now: float
+    ) -> list[SendSignal]:
+        """A rescan: `holders` now holding a device (None: the scan failed), and `running`: pending
+        processes missing from the scan that are confirmed alive and not exiting: they released the device."""
+        if self.phase is not Phase.WAITING:
+            return []
+        self._last_scan = now
+        actions: list[SendSignal] = []
+        seen = {h.identity for h in holders} if holders is not None else set()
+        past_deadline = now >= self.record.deadline
+        for h in holders or ():
+            proc = self.record.processes.get(h.identity)
+            if proc is None:
+                action = self._track(h, now, terminate=not past_deadline)
+                if action is not None:
+                    actions.append(action)
+            elif proc.end is End.RELEASED:
+                proc.end, proc.ended_at = None, None
+                self._pending[h.identity] = None
+                self.record.notes.append(f"{h.identity} {h.name} opened a device again after releasing it")
+        if holders is not None:
+            for identity in list(self._pending):
+                if identity not in seen and identity in running:
+                    self._end(self.record.processes[identity], End.RELEASED, now)
+        if past_deadline and self._pending:
+            actions += self._deadline(seen if holders is not None else set(running), now)
+        self._settle(now)
+        return actions
+
+    def move_deadline(self, deadline: float, now: float) -> bool:
+        """An earlier deadline (a preemption arrives during a maintenance drain). Never a later one: the
+        deadline of a drain only ever comes closer. True when it moved."""
+        if self.phase is not Phase.WAITING or not deadline < self.record.deadline:
+            return False
+        self.record.notes.append(f"deadline moved {self.record.deadline - deadline:.1f} s earlier")
+        self.record.deadline = deadline
+        self._settle(now)
+        return True
+
+    def observe_time(self, now: float) -> None:
+        """Time passed: ends the kill wait when its bound is reached."""
+        self._settle(now)
+
+    def cancel(self, now: float) -> None:
+        """The event went away: stop; nothing is SIGKILLed from now on. Once a SIGKILL went out the outcome
+        stays timed_out (it is what happened); the wait just ends."""
+        if self.done:
+            return
+        if not any(p.killed for p in self.record.processes.values()):
+            self._finish(Outcome.CANCELLED, now)
+        else:
+            self.record.notes.append("cancelled during the wait after SIGKILL")
+            self._finish(Outcome.TIMED_OUT, now)
+
+    def interrupt(self, now: float) -> None:
+        """The daemon is stopping: end now; a later drain resumes with the same deadline."""
+        if not self.done:
+            self._finish(Outcome.INTERRUPTED, now)
+
+    # -- internals --
+
+    def _track(self, holder: Holder, now: float, terminate: bool = True) -> SendSignal | None:
+        """Start recording a holder; SIGTERM it unless an earlier run of the daemon already did."""
+        proc = ProcessRecord(holder.identity, holder.name, holder.devices, first_seen=now)
+        self.record.processes[holder.identity] = proc
+        self._pending[holder.identity] = None
+        for signum in sorted(self._already.get(holder.identity, ())):
+            proc.signals.append(SentSignal(signum, None, SignalResult.SENT))
+        if terminate and signal.SIGTERM not in self._already.get(holder.identity, ()):
+            return SendSignal(holder.identity, signal.SIGTERM)
+        return None
+
+    def _deadline(self, still_holding: Collection[ProcessIdentity], now: float) -> list[SendSignal]:
+        """At the deadline: SIGKILL what still holds a device ("kill"), or only report ("leave")."""
+        if self.record.on_timeout == "leave":
+            self._finish(Outcome.TIMED_OUT, now)
+            return []
+        self.phase = Phase.KILLING
+        self._kill_deadline = now + self._kill_wait
+        targets = [i for i in self._pending if i in still_holding]
+        if self.record.dry_run:
+            self._finish(Outcome.TIMED_OUT, now)  # nothing was signalled, nothing will exit: no kill wait
+        return [SendSignal(i, signal.SIGKILL) for i in targets]
+
+    def _end(self, proc: ProcessRecord, end: End, now: float, status: ExitStatus | None = None) -> None:
+        proc.end, proc.ended_at, proc.exit_status = end, now, status
+        self._pending.pop(proc.identity, None)
+
+    def _settle(self, now: float) -> None:
+        if self.done:
+            return
+        if not self._pending:
+            self._finish(Outcome.EXITED if self.phase is Phase.WAITING else Outcome.TIMED_OUT, now)
+        elif self.phase is Phase.KILLING and self._kill_deadline is not None and now >= self._kill_deadline:
+            self.record.notes.append(f"{len(self._pending)} process(es) still running after SIGKILL")
+            self._finish(Outcome.TIMED_OUT, now)
+
+    def _finish(self, outcome: Outcome, now: float) -> None:
+        self.phase = Phase.DONE
+        self.record.outcome = outcome
+        self.record.ended = now

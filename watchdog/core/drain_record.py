@@ -1,0 +1,230 @@
+"""The drain's record and vocabulary: how a signal attempt went, how a process ended, what the drain did.
+
+Pure data plus its rendering for humans (`summary`) and for JSON (`to_dict`). Times are monotonic seconds of
+the drain's clock; `DrainRecord.wall()` turns them into wall-clock seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass, field
+from typing import Literal
+
+from watchdog.core.process import ProcessIdentity
+
+OnTimeout = Literal["kill", "leave"]
+
+
+class SignalResult(str, enum.Enum):
+    """What became of one attempt to signal a process (see `watchdog/host/signals.py`)."""
+
+    SENT = "sent"
+    GONE = "gone"  # no such process any more
+    IDENTITY_CHANGED = "identity_changed"  # the PID now belongs to another process: not signalled
+    DENIED = "denied"  # EPERM
+    PROTECTED = "protected"  # PID 1, the daemon itself or a kernel thread: refused before any syscall
+
+
+class Outcome(str, enum.Enum):
+    NO_HOLDERS = "no_holders"
+    EXITED = "exited"  # every holder exited or released the device before the deadline
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"  # the event went away before the deadline: nothing was SIGKILLed
+    INTERRUPTED = "interrupted"  # the daemon is stopping mid-drain; resume with the same deadline
+
+
+class End(str, enum.Enum):
+    """How a process stopped being waited for."""
+
+    EXITED = "exited"
+    RELEASED = "released"  # closed the device and kept running: never killed
+    GONE = "gone"  # vanished before it could be signalled
+    IDENTITY_CHANGED = "identity_changed"  # its PID was reused before the signal: never signalled
+    PROTECTED = "protected"  # PID 1, the daemon itself or a kernel thread: never signalled, not waited for
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a process ended, as far as can be known: an exit code, a killing signal, or neither (unknown)."""
+
+    code: int | None = None
+    signal: int | None = None
+
+    @classmethod
+    def from_wait_status(cls, status: int) -> ExitStatus:
+        """Decode a waitpid(2)-style status (also the form of field 52 of /proc/PID/stat)."""
+        termsig = status & 0x7F
+        if termsig == 0:
+            return cls(code=(status >> 8) & 0xFF)
+        return cls(signal=termsig)
+
+    @property
+    def known(self) -> bool:
+        return self.code is not None or self.signal is not None
+
+    def __str__(self) -> str:
+        if self.code is not None:
+            return f"exited {self.code}"
+        if self.signal is not None:
+            return f"killed by signal {self.signal}"
+        return "unknown"
+
+
+UNKNOWN_EXIT = ExitStatus()
+
+
+@dataclass(frozen=True)
+class SentSignal:
+    signum: int
+    at: float | None  # None: sent by an earlier run of the daemon (resumed drain)
+    result: SignalResult
+
+
+@dataclass
+class ProcessRecord:
+    """One process of the drain, from when it was first seen holding a device to how it ended."""
+
+    identity: ProcessIdentity
+    name: str
+    devices: tuple[str, ...]
+    first_seen: float
+    signals: list[SentSignal] = field(default_factory=list)
+    end: End | None = None
+    ended_at: float | None = None
+    exit_status: ExitStatus | None = None
+
+    def sent(self, signum: int) -> list[SentSignal]:
+        return [s for s in self.signals if s.signum == signum and s.result is SignalResult.SENT]
+
+    @property
+    def signalled_at(self) -> float | None:
+        """When SIGTERM went out (None if never, or if an earlier run of the daemon sent it)."""
+        term = self.sent(signal.SIGTERM)
+        return term[0].at if term else None
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.sent(signal.SIGKILL))
+
+    @property
+    def pending(self) -> bool:
+        return self.end is None
+
+    def describe(self, start: float, dry_run: bool = False) -> str:
+        """One line for an SRE: who, what was sent when, how it ended."""
+
+        def t(at: float | None) -> str:
+            return "before restart" if at is None else f"+{at - start:.2f} s"
+
+        verb = "would send" if dry_run else "sent"
+        parts = [f"{self.identity} {self.name}"]
+        for s in self.signals:
+            name = signal.Signals(s.signum).name
+            if s.result is SignalResult.SENT:
+                parts.append(f"{name} {verb} {t(s.at)}")
+            else:
+                parts.append(f"{name} not sent ({s.result.value}) {t(s.at)}")
+        if self.end is End.EXITED:
+            status = self.exit_status or UNKNOWN_EXIT
+            parts.append(f"{status} at {t(self.ended_at)}")
+            if status.signal == signal.SIGTERM:
+                parts.append("SIGTERM's default action: it had no handler, so it saved no checkpoint")
+        elif self.end is End.RELEASED:
+            parts.append(f"released the device at {t(self.ended_at)}, still running (not killed)")
+        elif self.end is End.GONE:
+            parts.append("gone before it was signalled")
+        elif self.end is End.IDENTITY_CHANGED:
+            parts.append("its PID now belongs to another process: not signalled")
+        elif self.end is End.PROTECTED:
+            parts.append("PID 1, the watchdog itself or a kernel thread: never signalled")
+        else:
+            parts.append("still running" + (" after SIGKILL" if self.killed else ""))
+        return "; ".join(parts)
+
+
+@dataclass
+class DrainRecord:
+    """What the drain did: the outcome and one `ProcessRecord` per process (monotonic times)."""
+
+    started: float
+    started_wall: float
+    deadline: float
+    on_timeout: OnTimeout
+    dry_run: bool
+    outcome: Outcome | None = None
+    ended: float | None = None
+    processes: dict[ProcessIdentity, ProcessRecord] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def wall(self, monotonic: float) -> float:
+        """The wall-clock time of a monotonic instant of this drain."""
+        return self.started_wall + (monotonic - self.started)
+
+    def pending(self) -> list[ProcessIdentity]:
+        return [i for i, p in self.processes.items() if p.pending]
+
+    def summary(self) -> str:
+        """Lines for humans: the outcome, then each process."""
+        state = self.outcome.value if self.outcome else "in progress"
+        took = f" after {self.ended - self.started:.2f} s" if self.ended is not None else ""
+        head = (
+            f"drain {state}{took} (deadline +{self.deadline - self.started:.1f} s, on timeout: "
+            f"{self.on_timeout}{', dry run: nothing was sent' if self.dry_run else ''})"
+        )
+        lines = [head] + [f"  {p.describe(self.started, self.dry_run)}" for p in self.processes.values()]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def one_line(self) -> str:
+        """The drain in one line, for the journal: outcome, time taken, how the processes ended."""
+        state = self.outcome.value if self.outcome else "in progress"
+        took = f" after {self.ended - self.started:.2f} s" if self.ended is not None else ""
+        procs = list(self.processes.values())
+        counts = {
+            "exited": sum(p.end is End.EXITED and not p.killed for p in procs),
+            "killed": sum(p.killed for p in procs),
+            "released": sum(p.end is End.RELEASED for p in procs),
+            "died of SIGTERM's default action": sum(
+                p.end is End.EXITED and p.exit_status is not None and p.exit_status.signal == signal.SIGTERM
+                for p in procs
+            ),
+            "still running": sum(p.pending for p in procs),
+        }
+        parts = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+        dry = " (dry run: nothing was sent)" if self.dry_run else ""
+        return f"drain {state}{took}: {len(procs)} process(es){': ' + parts if parts else ''}{dry}"
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data (wall-clock seconds) for JSON: the state file, `status`, the drill report."""
+
+        def w(at: float | None) -> float | None:
+            return None if at is None else round(self.wall(at), 3)
+
+        return {
+            "outcome": self.outcome.value if self.outcome else None,
+            "started": w(self.started),
+            "deadline": w(self.deadline),
+            "ended": w(self.ended),
+            "on_timeout": self.on_timeout,
+            "dry_run": self.dry_run,
+            "notes": list(self.notes),
+            "processes": [
+                {
+                    "pid": p.identity.pid,
+                    "start_time": p.identity.start_time,
+                    "name": p.name,
+                    "devices": list(p.devices),
+                    "signalled_at": w(p.signalled_at),
+                    "signals": [
+                        {"signal": signal.Signals(s.signum).name, "at": w(s.at), "result": s.result.value}
+                        for s in p.signals
+                    ],
+                    "end": p.end.value if p.end else None,
+                    "ended_at": w(p.ended_at),
+                    "killed": p.killed,
+                    "exit_status": str(p.exit_status) if p.exit_status else None,
+                }
+                for p in self.processes.values()
+            ],
+        }

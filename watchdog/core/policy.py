@@ -1,0 +1,96 @@
+"""Which metadata values ask for a drain, and with what grace. Pure: values and the time in, a verdict out.
+
+- maintenance-event TERMINATE_ON_HOST_MAINTENANCE: drain, maintenance grace (300 s: the Cloud TPU rule).
+- MIGRATE_ON_HOST_MAINTENANCE: nothing by default (live migration keeps processes); `migrate = "drain"`.
+- a well-formed value we do not know: drain by default (the safe side); `unknown_event = "ignore"`.
+  (A malformed value never reaches the policy: the watcher reports it as a metadata error.)
+- preempted TRUE: drain, preemption grace (25 s: Spot VMs get about 30 s).
+- upcoming-maintenance: advisory, unless `drain_before_window` (drain that long before the window starts,
+  with a grace of at most that long, so the host is empty when the window opens) or `drain_when_ongoing`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from watchdog.config.settings import Config
+from watchdog.core.lifecycle import Trigger
+from watchdog.core.metadata_values import (
+    MaintenanceEvent,
+    MaintenanceKind,
+    Preempted,
+    UpcomingMaintenance,
+    WatchedValue,
+    format_time,
+)
+
+MAINTENANCE = "maintenance-event"
+PREEMPTED = "preempted"
+UPCOMING = "upcoming-maintenance"
+DRILL = "drill"
+
+
+@dataclass(frozen=True)
+class Policy:
+    maintenance_grace: float = 300.0
+    preemption_grace: float = 25.0
+    migrate_action: str = "ignore"
+    unknown_event_action: str = "drain"
+    drain_before_window: float | None = None
+    drain_when_ongoing: bool = False
+
+    @classmethod
+    def from_config(cls, config: Config) -> Policy:
+        return cls(
+            maintenance_grace=config.maintenance_grace,
+            preemption_grace=config.preemption_grace,
+            migrate_action=config.migrate_action,
+            unknown_event_action=config.unknown_event_action,
+            drain_before_window=config.drain_before_window,
+            drain_when_ongoing=config.drain_when_ongoing,
+        )
+
+
+def source_of(key: str) -> str:
+    """`instance/maintenance-event` -> `maintenance-event`: the name used in state, logs and metrics."""
+    return key.rsplit("/", 1)[-1]
+
+
+def trigger(value: WatchedValue, policy: Policy, now: float) -> Trigger | None:
+    """The policy's verdict on the current value of one key at wall time `now`."""
+    if isinstance(value, MaintenanceEvent):
+        return _maintenance(value, policy)
+    if isinstance(value, Preempted):
+        return Trigger(PREEMPTED, "TRUE", policy.preemption_grace) if value.preempted else None
+    return _upcoming(value, policy, now)
+
+
+def _maintenance(value: MaintenanceEvent, policy: Policy) -> Trigger | None:
+    kind = value.kind
+    drains = (
+        kind is MaintenanceKind.TERMINATE_ON_HOST_MAINTENANCE
+        or (kind is MaintenanceKind.MIGRATE_ON_HOST_MAINTENANCE and policy.migrate_action == "drain")
+        or (kind is MaintenanceKind.UNKNOWN and policy.unknown_event_action == "drain")
+    )
+    return Trigger(MAINTENANCE, value.raw, policy.maintenance_grace) if drains else None
+
+
+def _upcoming(value: UpcomingMaintenance, policy: Policy, now: float) -> Trigger | None:
+    notice = value.notice
+    if notice is None or notice.status.upper() == "COMPLETE":
+        return None
+    label = f"{notice.type or 'MAINTENANCE'} window_start={format_time(notice.window_start)}"
+    if policy.drain_when_ongoing and notice.status.upper() == "ONGOING":
+        return Trigger(UPCOMING, label, policy.maintenance_grace)
+    due = upcoming_drain_due(value, policy)
+    if due is not None and policy.drain_before_window and now >= due:
+        return Trigger(UPCOMING, label, min(policy.maintenance_grace, policy.drain_before_window))
+    return None
+
+
+def upcoming_drain_due(value: UpcomingMaintenance, policy: Policy) -> float | None:
+    """When `drain_before_window` starts a drain for this notice (wall time), or None: the loop wakes then."""
+    notice = value.notice
+    if notice is None or notice.window_start is None or not policy.drain_before_window:
+        return None
+    return notice.window_start.timestamp() - policy.drain_before_window

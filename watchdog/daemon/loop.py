@@ -1,0 +1,451 @@
+"""The daemon: the metadata watches feed one event loop; the loop owns the lifecycle and starts drains.
+
+Threads: one per watched key (hanging GETs), one for a running drain, the HTTP listener, hook runners. Only
+the loop thread changes the lifecycle; the others talk to it through `self.inbox`. One `stop` event ends
+everything: the loop saves the state and returns within about a second, a drain in progress returns
+"interrupted" and is resumed, with the same deadline, by the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from watchdog.config.settings import Config
+from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.drain_record import DrainRecord, Outcome, SignalResult
+from watchdog.core.lifecycle import (
+    Action,
+    CancelDrain,
+    EventCleared,
+    EventStarted,
+    MoveDeadline,
+    StartDrain,
+)
+from watchdog.core.metadata_values import MaintenanceEvent, MaintenanceKind, Preempted, UpcomingMaintenance
+from watchdog.core.policy import Policy, source_of, trigger, upcoming_drain_due
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.daemon.drain import drain
+from watchdog.daemon.view import StatusView, from_records, to_records
+from watchdog.host.holders import HolderScanner
+from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
+from watchdog.store.statefile import StateStore
+from watchdog.surface.hooks import HookContext, HookRunner
+from watchdog.surface.logs import fields
+from watchdog.surface.metrics import Metrics
+from watchdog.surface.notify import Notifier
+
+log = logging.getLogger("tpu-watchdog")
+
+LOOP_TICK = 1.0  # the loop wakes at least this often: time-based policy, watchdog pings, health
+HOLDER_REFRESH = 60.0  # s between idle scans for the holders gauge; a scan walks all fds (bench_idle)
+READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
+FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
+PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a stuck disk must not stop it)
+
+
+@dataclass(frozen=True)
+class DrainDone:
+    record: DrainRecord | None  # None: the drain itself failed (it is started again)
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        stop: threading.Event,
+        watcher_factory: Callable[[Callable[[WatchEvent], None]], MetadataWatcher],
+        scanner: HolderScanner,
+        store: StateStore,
+        hooks: HookRunner,
+        notifier: Notifier,
+        metrics: Metrics,
+        clock: Clock | None = None,
+        host_info: Callable[[], dict[str, str]] | None = None,
+        wedge_file: str | None = None,
+    ) -> None:
+        self.config = config
+        self.stop = stop
+        self.clock = clock or SystemClock()
+        self.policy = Policy.from_config(config)
+        self.scanner = scanner
+        self.store = store
+        self.hooks = hooks
+        self.notifier = notifier
+        self.metrics = metrics
+        self.inbox: queue.Queue[WatchEvent | DrainDone | None] = queue.Queue()  # None: stop
+        self.watcher = watcher_factory(self.inbox.put)
+        self.lifecycle = from_records(store.state, config.maintenance_grace)
+        self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
+        self._host_info = host_info
+        self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
+        self._cancel = threading.Event()
+        self._persisted = threading.Event()  # set once the current drain's state is on disk
+        self._drain_thread: threading.Thread | None = None
+        self._deadline_mono = 0.0
+        self._answered: set[str] = set()
+        self._last_error_kind: dict[str, str] = {}
+        self._ready_sent = False
+        self._next_ping = 0.0
+        self._next_scan = 0.0
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        started = self.clock.monotonic()
+        # Wake the loop the moment `stop` is set (a signal handler may only set the event), so the
+        # tick can stay long and idle wakeups few.
+        threading.Thread(target=self._wake_on_stop, name="stop-waker", daemon=True).start()
+        self._resume()
+        self.watcher.start()
+        if self._host_info is not None:
+            threading.Thread(target=self._read_host_info, name="host-info", daemon=True).start()
+        log.info(
+            "tpu-watchdog started: state %s, devices %s%s",
+            self.lifecycle.state.value,
+            " ".join(self.config.devices),
+            " (dry run: no signal will be sent)" if self.config.dry_run else "",
+            extra=fields("daemon_started", state=self.lifecycle.state.value),
+        )
+        while not self.stop.is_set():
+            self.view.loop_ticked()
+            try:
+                message = self.inbox.get(timeout=LOOP_TICK)
+            except queue.Empty:
+                message = None
+            if message is not None:
+                self._guarded(self._handle, message)
+            now = self.clock.monotonic()
+            if not self._ready_sent and (
+                len(self._answered) >= len(self.watcher.watches) or now - started >= READY_WITHIN
+            ):
+                self._ready_sent = True
+                self.notifier.ready(self.view.summary())
+            self._guarded(self._timers, now)
+            self._wedge_if_asked()
+        self._shutdown()
+        return 0
+
+    def _guarded(self, step: Callable[..., None], *args: object) -> None:
+        """One step of the loop; a bug or an unexpected error in it is logged, and the loop goes on."""
+        try:
+            step(*args)
+        except Exception:  # nothing may take the watchdog down; the error is logged whole
+            log.exception("internal error in %s: the daemon carries on", getattr(step, "__name__", step))
+
+    def _handle(self, message: WatchEvent | DrainDone) -> None:
+        if isinstance(message, DrainDone):
+            self._drain_done(message.record)
+            return
+        self._answered.add(message.key)
+        if isinstance(message, ValueChanged):
+            self._value_changed(message)
+        elif isinstance(message, WatchFailed):
+            kind = message.error.kind.value
+            self.metrics.metadata_errors.labels(source_of(message.key), kind).inc()
+            # One warning per change of error kind per key; the repeats (every backoff) only at debug.
+            repeat = self._last_error_kind.get(message.key) == kind
+            self._last_error_kind[message.key] = kind
+            log.log(
+                logging.DEBUG if repeat else logging.WARNING,
+                "metadata %s: %s (retrying; this is never taken as a value)",
+                message.key,
+                message.error,
+                extra=fields("metadata_error", endpoint=source_of(message.key), kind=kind),
+            )
+        elif isinstance(message, KeyUnsupported):
+            source = source_of(message.key)
+            if source in self.view.values:
+                # It answered in this run: a passing 404 (a server hiccup) is no reason to drop an event.
+                log.warning("metadata %s answers 404 after answering before: asking again", message.key)
+                return
+            log.warning("metadata %s is not supported on this machine (404): asking again now and then",
+                        message.key)  # fmt: skip
+            # A key this machine lacks asks for nothing: an event of it (restored from the state file)
+            # would otherwise never clear.
+            self._apply(self.lifecycle.observe(source, None, self._wall()))
+
+    def _value_changed(self, message: ValueChanged) -> None:
+        self._last_error_kind.pop(message.key, None)
+        value = message.value
+        source = source_of(message.key)
+        if isinstance(value, MaintenanceEvent):
+            self.metrics.set_maintenance_event(value.raw)
+            if value.kind is MaintenanceKind.UNKNOWN:
+                log.warning(
+                    "maintenance-event has a value this version does not know: %r; policy: %s",
+                    value.raw,
+                    self.policy.unknown_event_action,
+                )
+        elif isinstance(value, Preempted):
+            self.metrics.preempted.set(1 if value.preempted else 0)
+        elif isinstance(value, UpcomingMaintenance):
+            notice = value.notice
+            start = notice.window_start.timestamp() if notice and notice.window_start else None
+            end = notice.window_end.timestamp() if notice and notice.window_end else None
+            self.metrics.set_window(start, end)
+        self.view.values = {**self.view.values, source: value}  # replaced whole: HTTP threads read it
+        self._apply(
+            self.lifecycle.observe(source, trigger(value, self.policy, self.clock.wall()), self._wall())
+        )
+
+    def _timers(self, now: float) -> None:
+        # Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time.
+        heard = max((s.last_success or 0.0 for s in self.watcher.statuses()), default=0.0)
+        if heard:
+            self.metrics.metadata_last_success.set(heard)
+        interval = self.notifier.watchdog_interval
+        if interval is not None and now >= self._next_ping:
+            self.notifier.watchdog()
+            self._next_ping = now + interval
+        upcoming = self.view.values.get("upcoming-maintenance")
+        if isinstance(upcoming, UpcomingMaintenance):
+            due = upcoming_drain_due(upcoming, self.policy)
+            if due is not None and self.clock.wall() >= due:
+                verdict = trigger(upcoming, self.policy, self.clock.wall())
+                self._apply(self.lifecycle.observe("upcoming-maintenance", verdict, self._wall()))
+        if self._drain_thread is None and now >= self._next_scan:
+            self._next_scan = now + HOLDER_REFRESH
+            self.view.holders = list(self.scanner.scan().holders)
+            self.metrics.device_holders.set(len(self.view.holders))
+
+    # -- actions of the lifecycle --------------------------------------------------------------------
+
+    def _apply(self, actions: list[Action]) -> None:
+        if not actions:
+            return
+        for action in actions:
+            if isinstance(action, EventStarted):
+                event = action.event
+                log.warning(
+                    "event started: %s = %s (id %s)", event.source, event.value, event.event_id,
+                    extra=fields("event_started", event=event.source, value=event.value),
+                )  # fmt: skip
+                self._hook("on_event_start", event.source, event.value, event.event_id)
+            elif isinstance(action, StartDrain):
+                self._start_drain(action.event.source, action.deadline, resume=False)
+            elif isinstance(action, MoveDeadline):
+                self._deadline_mono = self._to_mono(action.deadline)
+                self.metrics.set_deadline(action.deadline)
+                log.warning("%s moves the drain deadline earlier", action.because.source)
+            elif isinstance(action, CancelDrain):
+                log.warning("cancelling the drain: %s (nothing will be SIGKILLed)", action.reason)
+                self._cancel.set()
+            elif isinstance(action, EventCleared):
+                event = action.event
+                log.info(
+                    "event cleared: %s is back to normal (id %s)", event.source, event.event_id,
+                    extra=fields("event_cleared", event=event.source),
+                )  # fmt: skip
+                self._hook("on_event_clear", event.source, event.value, event.event_id)
+        self._changed()
+
+    def _changed(self) -> None:
+        """Persist, then show: the state file first, so a crash right now loses nothing."""
+        self.store.save_lifecycle(*to_records(self.lifecycle, self.config))
+        self._persisted.set()
+        self._report_persistence()
+        state = self.lifecycle.state.value
+        self.metrics.set_state(state)
+        if self.lifecycle.drain is None:
+            self.metrics.set_deadline(None)
+        self.notifier.status(self.view.summary())
+
+    def _report_persistence(self) -> None:
+        """A state file that cannot be written is loud: metric, /status, STATUS=, and an error per change.
+        The drain goes on from memory either way (any thread may call this; each value is replaced whole)."""
+        error = self.store.write_error
+        why = None if error is None else f"{self.store.path}: {error.strerror or error}"
+        if why == self.view.state_error:
+            return
+        self.view.state_error = why
+        self.metrics.state_persisted.set(0 if why else 1)
+        if why:
+            log.error(
+                "STATE IS NOT PERSISTED (%s): draining from memory; a restart now would forget this drain",
+                why, extra=fields("state_not_persisted"),
+            )  # fmt: skip
+        else:
+            log.warning("state is persisted again: %s", self.store.path, extra=fields("state_persisted"))
+
+    def _resume(self) -> None:
+        """A drain the previous run did not finish goes on, with its deadline and its signals; an event
+        the previous run had not drained yet gets its drain."""
+        episode = self.lifecycle.drain
+        if episode is None:
+            waiting = self.lifecycle.start_waiting(self._wall())
+            if waiting:
+                self._apply(waiting)
+                return
+        if episode is not None:
+            log.warning(
+                "resuming the drain started at %.0f: deadline unchanged (%.0f s left)",
+                episode.started,
+                episode.deadline - self._wall(),
+                extra=fields("state_recovered", state="draining"),
+            )
+            self._start_drain("resumed", episode.deadline, resume=True)
+        self._changed()
+
+    def _start_drain(self, source: str, deadline: float, resume: bool) -> None:
+        self._cancel.clear()
+        self._deadline_mono = self._to_mono(deadline)
+        self.metrics.set_deadline(deadline)
+        already: dict[ProcessIdentity, set[int]] = {}
+        if resume:
+            for record in self.store.state.signals:
+                already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
+        # The drain thread scans while this thread writes the new state (two slow things at once); its
+        # first write-ahead intent waits until that state is on disk, so a crash in between can never
+        # leave a signal recorded for a drain the state file does not know.
+        self._persisted = threading.Event()
+
+        def run() -> None:
+            record: DrainRecord | None = None
+            try:
+                record = attempt()
+            except Exception:  # reported to the loop, which starts the drain again
+                log.exception("the drain failed; starting it again with the same deadline")
+            finally:
+                self.inbox.put(DrainDone(record))
+
+        def attempt() -> DrainRecord:
+            holders = self._first_scan()
+            log.warning(
+                "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
+                len(holders), source, deadline - self._wall(), self.config.on_timeout,
+                extra=fields("drain_started", event=source, state="draining"),
+            )  # fmt: skip
+            return drain(
+                holders,
+                scanner=self.scanner,
+                deadline=self._deadline_mono,
+                deadline_source=lambda: self._deadline_mono,
+                on_timeout="kill" if self.config.on_timeout == "kill" else "leave",
+                dry_run=self.config.dry_run,
+                cancel=self._cancel,
+                stop=self.stop,
+                already_signalled=already,
+                on_intents=self._intents,
+                on_sents=self._sents,
+                on_update=self.view.drain_update,
+                clock=self.clock,
+            )
+
+        self._drain_thread = threading.Thread(target=run, name="drain", daemon=True)
+        self._drain_thread.start()
+
+    def _first_scan(self) -> tuple[Holder, ...]:
+        """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""
+        for attempt in range(FIRST_SCAN_TRIES):
+            try:
+                return tuple(self.scanner.scan().holders)
+            except Exception:  # logged; tried again, then the drain attempt fails
+                log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
+                if attempt + 1 == FIRST_SCAN_TRIES or self.stop.wait(0.2):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _intents(self, intents: Sequence[tuple[ProcessIdentity, int]]) -> None:
+        """Write-ahead for a wave of signals: one write, after the drain's own state is on disk."""
+        if not self._persisted.wait(timeout=PERSIST_WAIT):
+            log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
+        self.store.record_intents([(i, signum, self.view.name_of(i)) for i, signum in intents])
+        self._report_persistence()
+
+    def _sents(self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]]) -> None:
+        self.store.record_sents([(i, signum, result.value) for i, signum, result in sent])
+        self._report_persistence()
+        dry = "[dry run] " if self.config.dry_run else ""
+        for identity, signum, result in sent:
+            name = signal.Signals(signum).name
+            if result is SignalResult.SENT and not self.config.dry_run:
+                self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
+            process = self.view.name_of(identity)
+            text = result.value
+            journal = fields("signal_sent", pid=identity.pid, process=process, signal=name, result=text)
+            log.warning(
+                "%s%s to pid %d (%s, start time %d): %s",
+                dry, name, identity.pid, process, identity.start_time, result.value, extra=journal,
+            )  # fmt: skip
+
+    def _drain_done(self, record: DrainRecord | None) -> None:
+        self._drain_thread = None
+        self._next_scan = 0.0  # refresh the holders gauge now, not in HOLDER_REFRESH s
+        if record is None:
+            if self.lifecycle.drain is not None and not self.stop.is_set():
+                self._start_drain("retry", self.lifecycle.drain.deadline, resume=True)
+            return
+        self.view.last_record = record
+        outcome = record.outcome or Outcome.INTERRUPTED
+        if outcome is Outcome.INTERRUPTED:
+            return  # the daemon is stopping: the state file keeps the drain for the next start
+        waiting = self.lifecycle.drain_finished(outcome.value, self._wall())
+        self.metrics.drains.labels(outcome.value).inc()
+        if record.ended is not None:
+            self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
+        log.warning(
+            "%s", record.one_line(),
+            extra=fields("drain_finished", outcome=outcome.value, state=self.lifecycle.state.value),
+        )  # fmt: skip
+        for proc in record.processes.values():
+            log.info("  %s", proc.describe(record.started, record.dry_run))
+        event = next(iter(self.lifecycle.events.values()), None)
+        self._hook(
+            "on_drain_end", event.source if event else "", event.value if event else "",
+            event.event_id if event else "", outcome.value,
+        )  # fmt: skip
+        if waiting:
+            self._apply(waiting)  # an event that started while this drain was being cancelled
+        else:
+            self._changed()
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _hook(self, name: str, source: str, value: str, event_id: str, outcome: str = "") -> None:
+        deadline = self.lifecycle.drain.deadline if self.lifecycle.drain else None
+        context = HookContext(source, value, event_id, outcome, deadline, self.config.dry_run)
+        self.hooks.run_hook(name, context)
+
+    def _wall(self) -> float:
+        return self.clock.wall()
+
+    def _to_mono(self, wall_deadline: float) -> float:
+        return self.clock.monotonic() + (wall_deadline - self.clock.wall())
+
+    def _read_host_info(self) -> None:
+        assert self._host_info is not None  # noqa: S101 - only started when given
+        while not self.stop.is_set():
+            info = self._host_info()
+            if info.get("instance_id"):
+                self.metrics.set_host_info(info)
+                self.view.host = info
+                return
+            self.stop.wait(60)
+
+    def _wake_on_stop(self) -> None:
+        self.stop.wait()
+        self.inbox.put(None)
+
+    def _wedge_if_asked(self) -> None:
+        """Test-only: once `wedge_file` exists, the loop stops ticking (no WATCHDOG=1 pings) until stopped,
+        so a test can show systemd's watchdog restarting a wedged daemon. Never set in production."""
+        if self._wedge_file and os.path.exists(self._wedge_file):
+            log.error("test fault: %s exists, wedging the main loop", self._wedge_file)
+            self.stop.wait()
+
+    def _shutdown(self) -> None:
+        self.notifier.stopping(
+            "stopping: state saved" + (", drain resumes on start" if self._drain_thread else "")
+        )
+        if self._drain_thread is not None:
+            self._drain_thread.join(timeout=1.5)
+        self.watcher.join(timeout=1.0)
+        self.hooks.close(0.5)
+        log.info("tpu-watchdog stopped (state %s)", self.lifecycle.state.value)

@@ -1,0 +1,185 @@
+"""What the daemon shows: /status, /healthz, /readyz, systemd's STATUS line; and its state as file records.
+
+The loop thread writes the daemon's facts here; HTTP threads read them. Each field is replaced whole (never
+mutated in place), so a reader sees either the old or the new value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from watchdog import __version__
+from watchdog.config.settings import Config
+from watchdog.core.clock import Clock
+from watchdog.core.drain_record import DrainRecord
+from watchdog.core.lifecycle import Episode, Event, Lifecycle
+from watchdog.core.metadata_values import WatchedValue
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.metadata.watch import MetadataWatcher, WatchMode
+from watchdog.store.records import DrainState, EventRecord, State
+
+LOOP_SILENT_AFTER = 30.0  # /healthz and /livez fail when the loop has not ticked for this long
+# /healthz fails when a watched key has had no good answer for this long: errors retried within it are
+# weather (a 503 storm, a restart of the metadata server); past it, this host could miss an event.
+METADATA_TOLERANCE = 180.0
+
+
+def to_records(life: Lifecycle, config: Config) -> tuple[list[EventRecord], DrainState | None, str | None]:
+    events = [
+        EventRecord(e.source, e.value, e.event_id, e.first_seen, e.drained, e.deadline)
+        for e in life.events.values()
+    ]
+    drain = None
+    if life.drain is not None:
+        d = life.drain
+        drain = DrainState("draining", d.started, d.deadline, d.deadline - d.started, config.on_timeout)
+        drain = dataclasses.replace(drain, event_ids=tuple(d.event_ids))
+    return events, drain, life.last_outcome
+
+
+def from_records(state: State, default_grace: float = 300.0) -> Lifecycle:
+    """The lifecycle a state file describes. A drain none of whose events is still active was being
+    cancelled when the daemon stopped: it is over (cancelled), not resumed."""
+    life = Lifecycle()
+    for e in state.events:
+        deadline = e.deadline if e.deadline is not None else e.first_seen + default_grace
+        life.events[e.source] = Event(e.event_id, e.source, e.value, e.first_seen, e.drained, deadline)
+    life.last_outcome = state.last_outcome
+    if state.drain is not None:
+        d = state.drain
+        live = {e.event_id for e in life.events.values()}
+        if live.intersection(d.event_ids):
+            life.drain = Episode(list(d.event_ids), d.started_at, d.deadline_at)
+        else:
+            life.last_outcome = "cancelled"
+    return life
+
+
+class StatusView:
+    """Implements the HTTP `Surface`: status, health and readiness from the daemon's current facts."""
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock,
+        watcher: MetadataWatcher,
+        lifecycle: Lifecycle,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.watcher = watcher
+        self.lifecycle = lifecycle
+        self.registry = registry
+        self.values: dict[str, WatchedValue] = {}
+        self.holders: list[Holder] = []
+        self.record: DrainRecord | None = None  # the drain in progress, as last published
+        self.last_record: DrainRecord | None = None
+        self.host: dict[str, str] = {}
+        self.metadata_tolerance = METADATA_TOLERANCE
+        self.state_error: str | None = None  # why the state file is not being written, while it is not
+        self._started = clock.wall()
+        self._last_tick = clock.monotonic()
+
+    def loop_ticked(self) -> None:
+        self._last_tick = self.clock.monotonic()
+
+    def drain_update(self, record: DrainRecord) -> None:
+        self.record = record
+
+    def name_of(self, identity: ProcessIdentity) -> str:
+        record = self.record
+        if record is not None and identity in record.processes:
+            return record.processes[identity].name
+        return next((h.name for h in self.holders if h.identity == identity), "")
+
+    def summary(self) -> str:
+        life = self.lifecycle
+        state = life.state.value
+        events = ", ".join(f"{e.source}={e.value}" for e in life.events.values())
+        unsaved = "; STATE NOT PERSISTED" if self.state_error else ""
+        if life.drain is not None:
+            left = max(0.0, life.drain.deadline - self.clock.wall())
+            dry = " (dry run)" if self.config.dry_run else ""
+            return f"{state}: {events}; {left:.0f} s to the deadline{dry}{unsaved}"
+        return (f"{state}: {events}" if events else f"{state}: watching the metadata server") + unsaved
+
+    def liveness(self) -> tuple[bool, str]:
+        """The process works (its loop ticks): what a restart could fix. A metadata outage is not."""
+        silent = self.clock.monotonic() - self._last_tick
+        if silent > LOOP_SILENT_AFTER:
+            return False, f"unhealthy: the main loop has not ticked for {silent:.0f} s"
+        return True, "ok"
+
+    def health(self) -> tuple[bool, str]:
+        """Live, and every watched key answered well within `metadata_tolerance` (errors are retried
+        meanwhile and counted in tpu_watchdog_metadata_errors_total)."""
+        live, reason = self.liveness()
+        if not live:
+            return live, reason
+        now = self.clock.wall()
+        for status in self.watcher.statuses():
+            if status.mode in (WatchMode.UNSUPPORTED, WatchMode.STOPPED):
+                continue
+            since = status.last_success or self._started
+            if now - since > self.metadata_tolerance:
+                error = status.last_error.value if status.last_error else "no answer"
+                what = "no good answer" if status.last_success else "no good answer since start"
+                return False, (
+                    f"unhealthy: {what} from {status.key} for {now - since:.0f} s "
+                    f"(tolerance {self.metadata_tolerance:g} s; last error: {error})"
+                )
+        return True, "ok"
+
+    def readiness(self) -> tuple[bool, str]:
+        events = self.lifecycle.events
+        if events:
+            what = ", ".join(f"{e.source}={e.value}" for e in events.values())
+            return False, f"not ready: {self.lifecycle.state.value} for {what}: take no new work"
+        return True, "ready"
+
+    def status(self) -> dict[str, Any]:
+        life = self.lifecycle
+        now = self.clock.wall()
+        record = self.record if life.drain is not None else None
+        return {
+            "version": __version__,
+            "state": life.state.value,
+            "dry_run": self.config.dry_run,
+            "events": [dataclasses.asdict(e) for e in life.events.values()],
+            "drain": None
+            if life.drain is None
+            else {
+                "started": life.drain.started,
+                "deadline": life.drain.deadline,
+                "time_left": max(0.0, life.drain.deadline - now),
+                "on_timeout": self.config.on_timeout,
+                "record": record.to_dict() if record else None,
+            },
+            "last_drain": self.last_record.to_dict() if self.last_record else None,
+            "last_outcome": life.last_outcome,
+            "holders": [
+                {
+                    "pid": h.pid,
+                    "start_time": h.identity.start_time,
+                    "name": h.name,
+                    "devices": list(h.devices),
+                }
+                for h in self.holders
+            ],
+            "metadata": {
+                s.key: {
+                    "mode": s.mode.value,
+                    "value": s.value.describe() if s.value is not None else None,
+                    "last_success": s.last_success,
+                    "last_error": s.last_error.value if s.last_error else None,
+                }
+                for s in self.watcher.statuses()
+            },
+            "host": self.host,
+            "state_file": {"persisted": self.state_error is None, "error": self.state_error},
+            "now": now,
+        }

@@ -1,0 +1,300 @@
+"""Which processes hold the TPU device files open: device patterns, the scan, and who is never reported.
+
+A process holds the TPU if one of its fds points at a matched device node, found by the path it sees
+(`/proc/PID/fd/N` -> `/dev/accel0`) or, when the process sees the node under another path (a container's own
+/dev, a deleted node), by device number: stat() through the fd reaches the real inode. Stat-ing every fd is
+what makes `fuser` slow, so only fd targets that are paths (not sockets, pipes or anon inodes) and did not
+already match by path are stat-ed, and each (mount namespace, path) only once per scan. What remains is one
+readlink per fd: that is the cost of a scan (docs/benchmarks.md, section holders).
+
+Never reported: PID 1, the scanner's own process and its parent, kernel threads, and the configured
+excludes. Processes that vanish, refuse us, or are zombies are counted in the `ScanResult`, never raised.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.host.procfs import KTHREADD_PID, ProcessGoneError, ProcessUnreadableError, Procfs
+
+DEFAULT_PATTERNS = ("/dev/accel*", "/dev/vfio/*")
+# mount namespace -> fd target path -> whether it is one of the devices, remembered for one scan.
+SeenPaths = dict[str, dict[str, bool]]
+_PIDS_PER_WORKER = 200  # below this a thread costs more than it saves
+LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"  # noqa: S108 - libtpu's fixed lock path, named here to be matched
+
+
+@dataclass(frozen=True)
+class Excludes:
+    """Processes never reported (so never signalled): by PID, by name (the /proc comm name or the base
+    name of argv[0]) or by real uid."""
+
+    pids: frozenset[int] = frozenset()
+    names: frozenset[str] = frozenset()
+    uids: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class DeviceSet:
+    """What one scan looks for: the matched paths, the device numbers of the matched char/block nodes, and
+    the (st_dev, st_ino) of every matched file (so a lock file is found through another path too)."""
+
+    paths: frozenset[str] = frozenset()
+    rdevs: frozenset[int] = frozenset()
+    inodes: frozenset[tuple[int, int]] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)
+
+    def matches_stat(self, st: os.stat_result) -> bool:
+        if (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) and st.st_rdev in self.rdevs:
+            return True
+        return (st.st_dev, st.st_ino) in self.inodes
+
+
+if TYPE_CHECKING:  # typing only: `holders` must start without the configuration's imports
+    from watchdog.config.settings import Config
+
+log = logging.getLogger(__name__)
+
+# Device numbers nearly every process holds open (/dev/null, /dev/zero, /dev/urandom, terminals). A pattern
+# that matches one of these (a typo such as "/dev/*") would make every process a "TPU holder" and a drain
+# would SIGTERM the whole machine: such nodes are never matched, and the refusal is logged once.
+_MEM_MAJOR, _TTY_MAJORS, _PTS_MAJORS = 1, (4, 5), range(136, 144)
+_EVERYBODYS = {(_MEM_MAJOR, 3), (_MEM_MAJOR, 5), (_MEM_MAJOR, 9)}
+_refused: set[str] = set()
+
+
+def shared_by_everyone(rdev: int) -> bool:
+    """True for the device numbers of /dev/null, /dev/zero, /dev/urandom and every terminal."""
+    major, minor = os.major(rdev), os.minor(rdev)
+    return (major, minor) in _EVERYBODYS or major in _TTY_MAJORS or major in _PTS_MAJORS
+
+
+def find_devices(patterns: Iterable[str], extra_paths: Iterable[str] = ()) -> DeviceSet:
+    """Glob the patterns now (nodes appear and disappear) and stat what matched. A path that vanishes
+    between the glob and the stat is left out."""
+    candidates = {path for pattern in patterns for path in glob.glob(pattern)}
+    candidates.update(extra_paths)
+    paths: set[str] = set()
+    rdevs: set[int] = set()
+    inodes: set[tuple[int, int]] = set()
+    for path in candidates:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            continue  # e.g. /dev/vfio/devices/ on newer kernels: a directory, not something held
+        is_device = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        if is_device and shared_by_everyone(st.st_rdev):
+            if path not in _refused:
+                _refused.add(path)
+                log.error(
+                    "device pattern matched %s (%d:%d), which nearly every process holds: never treated as "
+                    "a TPU device; fix devices.patterns",
+                    path, os.major(st.st_rdev), os.minor(st.st_rdev),
+                )  # fmt: skip
+            continue
+        paths.add(path)
+        real = os.path.realpath(path)
+        paths.add(real)  # a symlinked pattern (/dev/accel -> ...) is held under its real path
+        inodes.add((st.st_dev, st.st_ino))
+        if is_device:
+            rdevs.add(st.st_rdev)
+    return DeviceSet(frozenset(paths), frozenset(rdevs), frozenset(inodes))
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """One scan: who holds the devices, which device paths matched, and what could not be looked at."""
+
+    holders: tuple[Holder, ...]
+    devices: tuple[str, ...]
+    scanned: int = 0  # processes whose fds were read
+    vanished: int = 0  # exited while we read them
+    unreadable: int = 0  # the kernel refused (EACCES/EPERM)
+    zombies: int = 0  # exited, not yet reaped: no fds, nothing to signal
+    excluded: int = 0  # holders left out: kernel threads and the excludes (PID 1, self, parent: not read)
+
+
+@dataclass
+class _Tally:
+    """What one worker found; summed into the ScanResult."""
+
+    holders: list[Holder] = field(default_factory=list)
+    scanned: int = 0
+    vanished: int = 0
+    unreadable: int = 0
+    zombies: int = 0
+    excluded: int = 0
+    failure: BaseException | None = None
+
+
+class HolderScanner:
+    """Finds the processes holding the TPU device files, reading /proc under `proc_root`."""
+
+    def __init__(
+        self,
+        patterns: Iterable[str] = DEFAULT_PATTERNS,
+        extra_paths: Iterable[str] = (),
+        excludes: Excludes | None = None,
+        proc_root: str = "/proc",
+        workers: int = 1,
+    ) -> None:
+        self.patterns = tuple(patterns)
+        self.extra_paths = tuple(extra_paths)
+        self.excludes = excludes if excludes is not None else Excludes()
+        self.procfs = Procfs(proc_root)
+        self.workers = workers
+
+    def devices(self) -> DeviceSet:
+        return find_devices(self.patterns, self.extra_paths)
+
+    def _devices_held(self, pid: int, devices: DeviceSet, seen: SeenPaths) -> list[str] | None:
+        """The device paths (as the process sees them) that `pid` holds, or None if it has no fds at all
+        (a zombie or a kernel thread); raises ProcessGoneError/ProcessUnreadableError.
+
+        `seen` remembers, for one scan, whether (mount namespace, path) is a device we look for: most fds
+        of most processes point at the same few files (/dev/null, logs), stat-ed once instead of per fd.
+        Deleted files are never remembered: two of them can share a path."""
+        paths = devices.paths
+        with self.procfs.fd_dir(pid) as fds:
+            links = fds.links()
+            if not links:
+                return None
+            held = [target for _, target in links if target in paths]
+            # Sockets, pipes and anon inodes ("socket:[12]") are never device nodes: only paths get a stat.
+            to_stat = [(name, target) for name, target in links if target[:1] == "/" and target not in paths]
+            if not to_stat:
+                return held
+            namespace = fds.mount_namespace()
+            known = seen.setdefault(namespace, {}) if namespace is not None else {}
+            for name, target in to_stat:
+                match = known.get(target)
+                if match is None:
+                    st = fds.stat(name)
+                    if st is None:
+                        continue  # closed meanwhile
+                    match = devices.matches_stat(st)
+                    if not target.endswith(" (deleted)"):
+                        known[target] = match
+                if match:
+                    held.append(target)
+        return held
+
+    def scan(self) -> ScanResult:
+        """One look at every process. The cost is one readlink per fd (~5 us each on a 2-vCPU VM, 40,000
+        fds on a busy host): everything else is noise next to it. `workers` > 1 shares the PIDs among
+        threads (readlink releases the GIL); on the 2-vCPU benchmark VM that bought no time and cost 40%
+        more CPU, so the default is 1 - measure (`python -m bench holders`) before raising it."""
+        devices = self.devices()
+        if not devices:
+            return ScanResult(holders=(), devices=())
+        never = {1, os.getpid(), os.getppid(), *self.excludes.pids}
+        pids = [pid for pid in self.procfs.pids() if pid not in never]
+        seen: SeenPaths = {}
+        workers = max(1, min(self.workers, len(pids) // _PIDS_PER_WORKER))
+        tallies = [_Tally() for _ in range(workers)]
+        if workers == 1:
+            self._scan_pids(pids, devices, seen, tallies[0])
+        else:
+            import threading  # only when asked for: `tpu-watchdog holders` starts without it
+
+            threads = [
+                threading.Thread(
+                    target=self._scan_pids,
+                    args=(pids[i::workers], devices, seen, tally),
+                    name=f"holder-scan-{i}",
+                    daemon=True,
+                )
+                for i, tally in enumerate(tallies)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        for tally in tallies:
+            if tally.failure is not None:
+                raise tally.failure
+        return ScanResult(
+            holders=tuple(sorted((h for t in tallies for h in t.holders), key=lambda h: h.pid)),
+            devices=tuple(sorted(devices.paths)),
+            scanned=sum(t.scanned for t in tallies),
+            vanished=sum(t.vanished for t in tallies),
+            unreadable=sum(t.unreadable for t in tallies),
+            zombies=sum(t.zombies for t in tallies),
+            excluded=sum(t.excluded for t in tallies),
+        )
+
+    def _scan_pids(self, pids: list[int], devices: DeviceSet, seen: SeenPaths, tally: _Tally) -> None:
+        try:
+            for pid in pids:
+                self._scan_pid(pid, devices, seen, tally)
+        except BaseException as exc:  # noqa: BLE001 - a bug in a worker thread is re-raised by scan()
+            tally.failure = exc
+
+    def _scan_pid(self, pid: int, devices: DeviceSet, seen: SeenPaths, tally: _Tally) -> None:
+        try:
+            held = self._devices_held(pid, devices, seen)
+            tally.scanned += 1
+            if held is None:
+                tally.zombies += self.procfs.stat(pid).is_zombie
+                return
+            if not held:
+                return
+            holder = self._describe(pid, devices)
+        except ProcessGoneError:
+            tally.vanished += 1
+            return
+        except ProcessUnreadableError:
+            tally.unreadable += 1
+            return
+        if holder is None:
+            tally.excluded += 1
+        elif holder.devices:  # empty: it closed them (or exited) between the two reads
+            tally.holders.append(holder)
+
+    def _describe(self, pid: int, devices: DeviceSet) -> Holder | None:
+        """Who `pid` is, or None if it must never be reported. Identity (start time) is read first and the
+        fds re-read after it, so a PID reused between the two reads cannot pass as the holder."""
+        procfs = self.procfs
+        st = procfs.stat(pid)
+        cmdline = procfs.cmdline(pid)
+        if st.is_kernel_thread or (not cmdline and st.ppid == KTHREADD_PID) or st.is_zombie:
+            return None
+        uid = procfs.real_uid(pid)
+        if uid in self.excludes.uids or st.name in self.excludes.names:
+            return None
+        if cmdline and os.path.basename(cmdline[0]) in self.excludes.names:
+            return None
+        held = self._devices_held(pid, devices, {}) or []  # closed them (or exited) since the first read
+        return Holder(
+            identity=ProcessIdentity(pid, st.start_time),
+            name=st.name,
+            cmdline=cmdline,
+            uid=uid,
+            devices=tuple(sorted(set(held))),
+            cgroup=procfs.cgroup(pid),
+            ppid=st.ppid,
+        )
+
+
+def scanner_for(config: Config) -> HolderScanner:
+    """The scanner the configuration describes (devices, extra paths, excludes): daemon and drill."""
+    return HolderScanner(
+        patterns=config.devices,
+        extra_paths=config.extra_paths,
+        excludes=Excludes(
+            pids=frozenset(config.exclude_pids),
+            names=frozenset(config.exclude_names),
+            uids=frozenset(config.exclude_uids),
+        ),
+    )

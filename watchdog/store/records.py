@@ -1,0 +1,276 @@
+"""What the state file holds, as plain records with JSON conversion that rejects wrong shapes.
+
+Pure. `from_json` raises `StateFormatError` naming the field and what was wrong, so the store can log why
+it set a file aside. Times are wall-clock seconds (the file outlives the process and its monotonic clock).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from watchdog.core.process import ProcessIdentity
+
+FORMAT = "tpu-watchdog-state"
+VERSION = 1
+
+
+class StateFormatError(ValueError):
+    """The JSON does not have the shape of our state; the message names the field."""
+
+
+def plain(value: object) -> object:
+    """A str-valued enum as its value (`SignalResult.SENT` -> "sent"); anything else unchanged."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def signal_name(signum: int | str) -> str:
+    """ "SIGTERM" for 15, signal.SIGTERM or "SIGTERM"; ValueError for anything else."""
+    if isinstance(signum, str):
+        if signum not in signal.Signals.__members__:
+            raise ValueError(f"{signum!r} is not a signal name")
+        return signum
+    return signal.Signals(signum).name
+
+
+class _Reader:
+    """Typed access to one JSON object, with the field path in every error."""
+
+    def __init__(self, data: object, where: str) -> None:
+        if not isinstance(data, Mapping):
+            raise StateFormatError(f"{where or 'the file'}: expected an object, got {type(data).__name__}")
+        self.data = data
+        self.where = where
+
+    def _get(self, name: str) -> object:
+        if name not in self.data:
+            raise StateFormatError(f"{self._path(name)}: missing")
+        return self.data[name]
+
+    def _path(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def _fail(self, name: str, expected: str, value: object) -> StateFormatError:
+        return StateFormatError(f"{self._path(name)}: expected {expected}, got {value!r:.60}")
+
+    def string(self, name: str, *, empty: bool = False) -> str:
+        value = self._get(name)
+        if not isinstance(value, str) or (not empty and not value):
+            raise self._fail(name, "a non-empty string" if not empty else "a string", value)
+        return value
+
+    def integer(self, name: str, minimum: int = 0) -> int:
+        value = self._get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self._fail(name, f"an integer >= {minimum}", value)
+        return value
+
+    def time(self, name: str) -> float:
+        value = self._get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._fail(name, "a number", value)
+        try:
+            number = float(value)  # JSON allows integers too large for a float: OverflowError
+        except OverflowError:
+            raise self._fail(name, "a number", value) from None
+        if not math.isfinite(number):
+            raise self._fail(name, "a number", value)
+        return number
+
+    def optional_time(self, name: str) -> float | None:
+        return None if self._get(name) is None else self.time(name)
+
+    def signal(self, name: str) -> str:
+        value = self.string(name)
+        try:
+            return signal_name(value)
+        except ValueError:
+            raise self._fail(name, "a signal name such as SIGTERM", value) from None
+
+    def child(self, name: str, *, optional: bool = False) -> _Reader | None:
+        value = self._get(name)
+        if value is None and optional:
+            return None
+        return _Reader(value, self._path(name))
+
+    def items(self, name: str) -> list[_Reader]:
+        value = self._get(name)
+        if not isinstance(value, list):
+            raise self._fail(name, "a list", value)
+        return [_Reader(item, f"{self._path(name)}[{i}]") for i, item in enumerate(value)]
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """An active event: which source, its value, our id for it, when it was first seen, whether a drain
+    has covered it (then it never drains again)."""
+
+    source: str  # e.g. "maintenance-event"
+    value: str  # e.g. "TERMINATE_ON_HOST_MAINTENANCE"
+    event_id: str
+    first_seen: float
+    drained: bool = False
+    deadline: float | None = None  # when its drain must end (first_seen + the grace of its trigger)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "source": self.source,
+            "value": self.value,
+            "id": self.event_id,
+            "first_seen": self.first_seen,
+            "drained": self.drained,
+            "deadline": self.deadline,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "event") -> EventRecord:
+        r = _Reader(data, where)
+        drained = r.data.get("drained", False)
+        if not isinstance(drained, bool):
+            raise StateFormatError(f"{where}.drained: expected true or false, got {drained!r:.60}")
+        deadline = r.optional_time("deadline") if "deadline" in r.data else None
+        return cls(
+            r.string("source"), r.string("value", empty=True), r.string("id"), r.time("first_seen"), drained,
+            deadline,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DrainState:
+    """The drain in progress: phase, start, deadline (wall clock), grace, on_timeout, the events it serves."""
+
+    phase: str
+    started_at: float
+    deadline_at: float
+    grace: float
+    on_timeout: str  # kill | leave
+    event_ids: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "event_ids": list(self.event_ids),
+            "phase": self.phase,
+            "started_at": self.started_at,
+            "deadline_at": self.deadline_at,
+            "grace": self.grace,
+            "on_timeout": self.on_timeout,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "drain") -> DrainState:
+        r = _Reader(data, where)
+        on_timeout = r.string("on_timeout")
+        if on_timeout not in ("kill", "leave"):
+            raise StateFormatError(f"{where}.on_timeout: expected kill or leave, got {on_timeout!r:.60}")
+        ids = r.data.get("event_ids", [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise StateFormatError(f"{where}.event_ids: expected a list of event ids, got {ids!r:.60}")
+        return cls(
+            r.string("phase"), r.time("started_at"), r.time("deadline_at"), r.time("grace"), on_timeout,
+            tuple(ids),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SignalRecord:
+    """One signal to one process, written before it is sent (`sent_at` None: it may or may not have gone)."""
+
+    identity: ProcessIdentity
+    name: str
+    signal: str  # "SIGTERM" | "SIGKILL" | ...
+    intent_at: float
+    sent_at: float | None = None
+    result: str | None = None  # a SignalResult value once known
+
+    @property
+    def confirmed(self) -> bool:
+        return self.sent_at is not None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pid": self.identity.pid,
+            "start_time": self.identity.start_time,
+            "name": self.name,
+            "signal": self.signal,
+            "intent_at": self.intent_at,
+            "sent_at": self.sent_at,
+            "result": self.result,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, where: str) -> SignalRecord:
+        r = _Reader(data, where)
+        result = r.data.get("result")
+        if result is not None and not isinstance(result, str):
+            raise StateFormatError(f"{where}.result: expected a string or null, got {result!r:.60}")
+        identity = ProcessIdentity(r.integer("pid", minimum=1), r.integer("start_time"))
+        return cls(
+            identity, r.string("name", empty=True), r.signal("signal"), r.time("intent_at"),
+            r.optional_time("sent_at"), result,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything the daemon must remember across a restart of itself (not of the machine: see boot_id)."""
+
+    boot_id: str
+    events: tuple[EventRecord, ...] = ()
+    drain: DrainState | None = None
+    last_outcome: str | None = None  # of the last drain, while its events are still active
+    signals: tuple[SignalRecord, ...] = field(default=())  # of the current (or last) drain
+
+    @property
+    def empty(self) -> bool:
+        return not self.events and self.drain is None and not self.signals
+
+    def find(self, identity: ProcessIdentity, signum: int | str) -> SignalRecord | None:
+        """The record of `signum` to `identity` in this event (sent or only intended), if any."""
+        name = signal_name(signum)
+        return next((s for s in self.signals if s.identity == identity and s.signal == name), None)
+
+    def unconfirmed(self) -> tuple[SignalRecord, ...]:
+        """Signals written as intended but never marked sent: a crash came between. Treat as possibly sent."""
+        return tuple(s for s in self.signals if not s.confirmed)
+
+    def with_signal(self, record: SignalRecord) -> State:
+        """This state with `record` replacing the one for the same process and signal (or added)."""
+        others = tuple(s for s in self.signals if (s.identity, s.signal) != (record.identity, record.signal))
+        return replace(self, signals=(*others, record))
+
+    def to_json(self, written_at: float) -> dict[str, object]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "written_at": written_at,
+            "boot_id": self.boot_id,
+            "events": [e.to_json() for e in self.events],
+            "drain": self.drain.to_json() if self.drain else None,
+            "last_outcome": self.last_outcome,
+            "signals": [s.to_json() for s in self.signals],
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> State:
+        r = _Reader(data, "")
+        if r.data.get("format") != FORMAT:
+            raise StateFormatError(
+                f"format: expected {FORMAT!r}, got {r.data.get('format')!r:.60}: not our file"
+            )
+        version = r.data.get("version")
+        if isinstance(version, bool) or version != VERSION:  # true == 1 in Python, not in our format
+            raise StateFormatError(f"version: expected {VERSION}, got {r.data.get('version')!r:.60}")
+        drain = r.child("drain", optional=True)
+        outcome = r.data.get("last_outcome")
+        if outcome is not None and not isinstance(outcome, str):
+            raise StateFormatError(f"last_outcome: expected a string or null, got {outcome!r:.60}")
+        return cls(
+            boot_id=r.string("boot_id"),
+            events=tuple(EventRecord.from_json(e.data, e.where) for e in r.items("events")),
+            drain=DrainState.from_json(drain.data, "drain") if drain else None,
+            last_outcome=outcome,
+            signals=tuple(SignalRecord.from_json(s.data, s.where) for s in r.items("signals")),
+        )

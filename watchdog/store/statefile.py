@@ -1,0 +1,314 @@
+"""The state file: what the daemon must remember if it dies mid-event (`STATE_DIR/state.json`).
+
+Write-ahead for signals: `record_intent` is on disk before the signal goes out, `record_sent` after, so a
+daemon that crashed in between finds an unconfirmed intent and treats it as possibly sent (SIGTERM at most
+once per event). Every write is atomic (temp file, fsync, rename, fsync of the directory). Loading never
+raises on our own file: a corrupt, foreign or previous-boot file is logged, set aside, and a clean state used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import glob
+import json
+import logging
+import os
+import stat
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+
+from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.process import ProcessIdentity
+from watchdog.store.records import (
+    DrainState,
+    EventRecord,
+    SignalRecord,
+    State,
+    StateFormatError,
+    plain,
+    signal_name,
+)
+
+STATE_FILE = "state.json"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+MAX_BYTES = 1 << 20  # ours are a few KiB; anything this large is not ours
+KEEP_SET_ASIDE = 5  # set-aside files kept per kind; older ones are deleted
+
+log = logging.getLogger(__name__)
+
+
+class StateDirError(OSError):
+    """The state directory cannot be created or written; the message names the path and the fix."""
+
+
+def read_boot_id(path: str = BOOT_ID_PATH) -> str:
+    """This boot's id ('' if unreadable). Process start times count from boot, so a state file written in
+    another boot names no living process."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        log.warning(
+            "cannot read the boot id from %s (%s): state from before a reboot cannot be told apart",
+            path,
+            error,
+        )
+        return ""
+
+
+class StateStore:
+    """The state of the current event, kept in memory and written through to disk on every change.
+
+    Thread-safe. A failed write is logged and kept in `write_error`, and the in-memory state stays the truth:
+    the drain goes on, because missing a checkpoint is worse than a possible second SIGTERM after a crash.
+    """
+
+    def __init__(self, state_dir: str, *, boot_id: str | None = None, clock: Clock | None = None) -> None:
+        self.dir = os.path.abspath(state_dir)
+        self.path = os.path.join(self.dir, STATE_FILE)
+        self.boot_id = read_boot_id() if boot_id is None else boot_id
+        self.clock: Clock = clock or SystemClock()
+        self.write_error: OSError | None = None
+        self._lock = threading.Lock()
+        self._prepare_dir()
+        self._state = self._load()
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    # -- the events and the drain ---------------------------------------------------------------------
+
+    def save_lifecycle(
+        self, events: Sequence[EventRecord], drain: DrainState | None, last_outcome: str | None
+    ) -> None:
+        """The daemon's events and drain as they are now. A new drain (another start time) starts with no
+        signals recorded; the signals of a finished drain stay until then, for `status`."""
+
+        def change(state: State) -> State:
+            new_drain = drain is not None and (
+                state.drain is None or state.drain.started_at != drain.started_at
+            )
+            signals = () if new_drain or (not events and drain is None) else state.signals
+            return replace(
+                state, events=tuple(events), drain=drain, last_outcome=last_outcome, signals=signals
+            )
+
+        self._update(change)
+
+    # -- signals (write-ahead) -------------------------------------------------------------------------
+
+    def record_intent(self, identity: ProcessIdentity, signal: int | str, *, name: str = "") -> SignalRecord:
+        """On disk before the signal is sent. A repeat call (same process and signal) keeps the first."""
+        self.record_intents([(identity, signal, name)])
+        record = self._state.find(identity, signal)
+        assert record is not None  # noqa: S101 - just recorded (in memory even if the write failed)
+        return record
+
+    def record_intents(self, intents: Iterable[tuple[ProcessIdentity, int | str, str]]) -> None:
+        """Several intents (identity, signal, process name) in one write, all on disk before any is sent:
+        a drain's first wave to many holders costs one fsync, not one per holder."""
+        with self._lock:
+            state, now = self._state, self.clock.wall()
+            for identity, signal, name in intents:
+                if state.find(identity, signal) is None:
+                    state = state.with_signal(SignalRecord(identity, name, signal_name(signal), now))
+            if state is not self._state:
+                self._write(state)
+
+    def record_sent(self, identity: ProcessIdentity, signal: int | str, result: str) -> SignalRecord:
+        """After the signal: when it went and how (a SignalResult value such as "sent" or "gone")."""
+        self.record_sents([(identity, signal, result)])
+        record = self._state.find(identity, signal)
+        assert record is not None  # noqa: S101 - just recorded
+        return record
+
+    def record_sents(self, sent: Iterable[tuple[ProcessIdentity, int | str, str]]) -> None:
+        """What became of several signals (identity, signal, result), in one write."""
+        with self._lock:
+            state, now = self._state, self.clock.wall()
+            for identity, signal, result in sent:
+                intent = state.find(identity, signal)
+                if intent is None:
+                    log.warning(
+                        "state: %s sent to %s with no intent recorded first", signal_name(signal), identity
+                    )
+                    intent = SignalRecord(identity, "", signal_name(signal), now)
+                state = state.with_signal(replace(intent, sent_at=now, result=str(plain(result))))
+            self._write(state)
+
+    def already_signalled(self, identity: ProcessIdentity, signal: int | str) -> bool:
+        """True if this event already sent (or may have sent, before a crash) `signal` to `identity`."""
+        return self._state.find(identity, signal) is not None
+
+    # -- disk ------------------------------------------------------------------------------------------
+
+    def _update(self, change: Callable[[State], State]) -> None:
+        with self._lock:
+            self._write(change(self._state))
+
+    def _prepare_dir(self) -> None:
+        """Create the directory (0700), or refuse one others could plant files in. A directory that exists
+        but cannot be written (read-only, full) is no reason to leave the host unprotected: the daemon
+        runs with its state in memory, and says so (`write_error`, the journal, a metric)."""
+        try:
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            info = os.stat(self.dir)
+        except OSError as error:
+            raise StateDirError(
+                error.errno,
+                f"state dir {self.dir}: cannot create it ({error.strerror}); "
+                "fix its permissions or choose another with --state-dir",
+            ) from None
+        if info.st_uid != os.geteuid():
+            raise StateDirError(
+                errno.EPERM,
+                f"state dir {self.dir} is owned by uid {info.st_uid}, not by this daemon (uid "
+                f"{os.geteuid()}): whoever owns it could plant a state file; chown it or use --state-dir",
+            )
+        if info.st_mode & 0o022:
+            log.warning("state: %s was group/other-writable (mode %o): made 0700", self.dir, info.st_mode)
+            with contextlib.suppress(OSError):  # a read-only directory: the probe below says so
+                os.chmod(self.dir, 0o700)
+        self._remove_leftovers()
+        try:
+            probe = tempfile.NamedTemporaryFile(dir=self.dir, prefix=".probe-")  # noqa: SIM115 - closed at once
+            probe.close()
+        except OSError as error:
+            log.error(
+                "state: cannot write in %s (%s): STATE IS NOT PERSISTED; drains still run, from memory; "
+                "a restart would forget them. Free space or make the directory writable",
+                self.dir,
+                error.strerror,
+            )
+            self.write_error = error
+
+    def _remove_leftovers(self) -> None:
+        """Temporary files of writes a crash (kill -9, power loss) interrupted: never renamed into place, so
+        never the state; without this each crash mid-write would leave one for good."""
+        pattern = glob.escape(os.path.join(self.dir, f".{STATE_FILE}.")) + "*.tmp"
+        leftovers = glob.glob(pattern) + glob.glob(glob.escape(os.path.join(self.dir, ".probe-")) + "*")
+        for path in leftovers:
+            _unlink_quietly(path)
+        if leftovers:
+            log.info("state: removed %d temporary file(s) left by an interrupted write", len(leftovers))
+
+    def _write(self, state: State) -> None:
+        """Atomically replace the file with `state`; the in-memory state follows even if the disk fails."""
+        self._state = state
+        data = json.dumps(state.to_json(self.clock.wall()), indent=1).encode()
+        temp = ""
+        try:
+            fd, temp = tempfile.mkstemp(dir=self.dir, prefix=f".{STATE_FILE}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, self.path)
+            _fsync_dir(self.dir)
+        except OSError as error:
+            if self.write_error is None or self.write_error.errno != error.errno:
+                log.error("state: cannot write %s (%s): the state lives in memory only", self.path, error)
+            self.write_error = error
+            if temp:
+                _unlink_quietly(temp)
+            return
+        if self.write_error is not None:
+            log.info("state: %s written again", self.path)
+        self.write_error = None
+
+    def _load(self) -> State:
+        clean = State(self.boot_id)
+        try:
+            raw = _read_regular(self.path, MAX_BYTES + 1)
+        except FileNotFoundError:
+            return clean
+        except OSError as error:
+            why = "a symlink, never followed" if error.errno == errno.ELOOP else f"unreadable: {error}"
+            log.error("state: cannot read %s (%s): starting clean", self.path, why)
+            self._set_aside("corrupt", why)
+            return clean
+        try:
+            if len(raw) > MAX_BYTES:
+                raise StateFormatError(f"larger than {MAX_BYTES} bytes")
+            state = State.from_json(json.loads(raw))
+        except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError, StateFormatError
+            self._set_aside("corrupt", str(error))
+            return clean
+        if state.boot_id != self.boot_id:
+            if not state.empty:
+                self._set_aside(
+                    "stale", f"written in boot {state.boot_id}, this is boot {self.boot_id or '?'}"
+                )
+            return clean
+        if state.unconfirmed():
+            log.warning(
+                "state: %d signal(s) recorded as intended but not confirmed sent (the daemon stopped in "
+                "between); treating them as sent: %s",
+                len(state.unconfirmed()),
+                ", ".join(f"{s.signal} to {s.identity} {s.name}" for s in state.unconfirmed()),
+            )
+        return state
+
+    def _set_aside(self, kind: str, reason: str) -> None:
+        stamp = datetime.datetime.fromtimestamp(self.clock.wall(), datetime.timezone.utc).strftime(
+            "%Y%m%dT%H%M%S.%fZ"
+        )
+        try:
+            target = _link_unique(self.path, f"{self.path}.{kind}-{stamp}")
+            os.unlink(self.path)
+        except OSError as error:
+            log.error("state: %s is %s (%s) and cannot be moved aside (%s)", self.path, kind, reason, error)
+            return
+        log.warning("state: %s is %s (%s): moved to %s; starting clean", self.path, kind, reason, target)
+        for old in sorted(glob.glob(glob.escape(self.path) + f".{kind}-*"))[:-KEEP_SET_ASIDE]:
+            _unlink_quietly(old)
+
+
+def _link_unique(source: str, target: str) -> str:
+    """Hard-link `source` as `target` (or `target-N` if taken): never overwrites an earlier one."""
+    for n in range(1000):
+        candidate = target if n == 0 else f"{target}-{n}"
+        try:
+            os.link(source, candidate, follow_symlinks=False)  # a planted symlink is moved, not its target
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(errno.EEXIST, "no free name", target)
+
+
+def _read_regular(path: str, limit: int) -> bytes:
+    """Up to `limit` bytes of a regular file, never through a symlink (ELOOP) and never blocking on a
+    planted FIFO or device: the state directory is ours, anything else in it is not trusted."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit:
+            chunk = os.read(fd, limit - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
