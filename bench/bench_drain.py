@@ -23,9 +23,9 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-from watchdog.core.drain_record import Outcome, SignalResult
+from watchdog.core.drain_record import DrainRecord, Outcome, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.daemon.drain import drain
+from watchdog.daemon.drain import DrainListener, DrainPlan, drain
 from watchdog.host.holders import HolderScanner, ScanResult
 from watchdog.host.signals import start_time
 from watchdog.store.statefile import StateStore
@@ -87,31 +87,28 @@ def fanout(device: str, device_fd: int, state_dir: str | None = None) -> tuple[f
             assert start is not None
             holders.append(Holder(ProcessIdentity(p.pid, start), "sleep", ("sleep", "1000"), 0, ("accel0",)))
         marks: list[float] = []
-
-        def intent(identity: ProcessIdentity, signum: int) -> None:
-            if not marks:
-                marks.append(time.monotonic())
-
-        def sent(identity: ProcessIdentity, signum: int, result: SignalResult) -> None:
-            assert result is SignalResult.SENT, result
-            marks[1:] = [time.monotonic()]
-
         scanner = OwnScanner(device, {h.identity for h in holders})
         store = StateStore(state_dir) if state_dir else None
 
-        def intents(wave: Sequence[tuple[ProcessIdentity, int]]) -> None:
-            if store is not None:
-                store.record_intents([(i, signum, "sleep") for i, signum in wave])
+        class Marks(DrainListener):
+            """The daemon's write-ahead (one write per wave), and when the wave's sending began and ended."""
 
-        def sents(done: Sequence[tuple[ProcessIdentity, int, SignalResult]]) -> None:
-            if store is not None:
-                store.record_sents([(i, signum, result.value) for i, signum, result in done])
+            def before_signals(self, wave: Sequence[tuple[ProcessIdentity, int]], _: DrainRecord) -> None:
+                if store is not None:
+                    store.record_intents([(i, signum, "sleep") for i, signum in wave])
+                if not marks:
+                    marks.append(time.monotonic())
+
+            def after_signals(
+                self, done: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
+            ) -> None:
+                assert all(result is SignalResult.SENT for _, _, result in done), done
+                marks[1:] = [time.monotonic()]
+                if store is not None:
+                    store.record_sents([(i, signum, result.value) for i, signum, result in done])
 
         began = time.monotonic()
-        record = drain(
-            holders, scanner=scanner, grace=60, on_intent=intent, on_sent=sent, on_intents=intents,
-            on_sents=sents,
-        )  # fmt: skip
+        record = drain(holders, DrainPlan(grace=60), scanner=scanner, listener=Marks())
         assert record.outcome is Outcome.EXITED, record.outcome
         ms = [(marks[1] - began) * 1000, (marks[1] - marks[0]) * 1000, (time.monotonic() - began) * 1000]
         return ms[0], ms[1], ms[2]
@@ -152,7 +149,7 @@ def last_exit_latency(device: str, device_fd: int) -> float:
     os.close(write_end)
     try:
         scanner = OwnScanner(device, {h.identity for h in holders})
-        record = drain(holders, scanner=scanner, grace=60)
+        record = drain(holders, DrainPlan(grace=60), scanner=scanner)
         returned = time.monotonic()
         assert record.outcome is Outcome.EXITED, record.outcome
         (exited_at,) = struct.unpack("d", os.read(read_end, 8))

@@ -163,7 +163,14 @@ def test_deadline_kills_what_still_holds_then_waits_for_it() -> None:
     c = started(A, B)
     assert c.wants_scan(T0 + GRACE)
     actions = c.observe_scan([A, C], running={B.identity}, now=T0 + GRACE)
-    assert actions == [SendSignal(A.identity, KILL), SendSignal(C.identity, KILL)]  # C: new, no SIGTERM
+    # C is new at the deadline: its one SIGTERM, then the kill of what still holds a device, in one wave.
+    term_c, kill_a, kill_c = (
+        SendSignal(C.identity, TERM),
+        SendSignal(A.identity, KILL),
+        SendSignal(C.identity, KILL),
+    )
+    assert actions == [term_c, kill_a, kill_c]
+    assert c.record.processes[C.identity].late_arrival
     assert c.phase is Phase.KILLING
     sent_all(c, actions, T0 + GRACE)
     assert not c.wants_scan(T0 + GRACE + 1)
@@ -352,3 +359,47 @@ def test_a_finished_drain_keeps_its_deadline() -> None:
     c.observe_exit(A.identity, ExitStatus(code=0), T0 + 2)
     assert c.done
     assert not c.move_deadline(T0 + 1, T0 + 3)
+
+
+# -- newcomers held back after a restart, late arrivals ----------------------------------------------------
+
+
+def test_a_newcomer_after_the_first_wave_is_a_late_arrival_with_the_same_deadline() -> None:
+    c = started(A)
+    c.observe_exit(A.identity, ExitStatus(code=0), T0 + 1)
+    assert c.record.outcome is Outcome.EXITED  # the drain itself ends; the daemon's late drain takes over
+    late = core(B, late=True)
+    actions = late.start()
+    assert actions == [SendSignal(B.identity, TERM)]
+    assert late.record.late
+    assert late.record.processes[B.identity].late_arrival
+
+
+def test_held_back_newcomers_are_not_signalled_and_keep_the_drain_open() -> None:
+    c = core(A, B, already_signalled={A.identity: {TERM}})
+    assert c.start(admit_new=False) == []  # A was signalled before the restart; B is new: held back
+    assert B.identity not in c.record.processes
+    c.observe_exit(A.identity, ExitStatus(code=0), T0 + 1)
+    assert not c.done, "a held-back newcomer keeps the drain open until it is confirmed or the deadline"
+    assert any("awaited confirmation" in n for n in c.record.notes)
+    # Confirmed: the next scan signals it, once.
+    actions = c.observe_scan([B], running=(), now=T0 + 2, admit_new=True)
+    assert actions == [SendSignal(B.identity, TERM)]
+    assert c.record.processes[B.identity].late_arrival
+
+
+def test_held_back_newcomers_are_never_signalled_past_the_deadline() -> None:
+    c = core(A, B, already_signalled={A.identity: {TERM}})
+    c.start(admit_new=False)
+    actions = c.observe_scan([A, B], running=(), now=T0 + GRACE, admit_new=False)
+    assert actions == [SendSignal(A.identity, KILL)]  # the kill of the one signalled before; B untouched
+    assert B.identity not in c.record.processes
+
+
+def test_a_restart_with_only_newcomers_signals_nobody_until_confirmed() -> None:
+    c = core(B, already_signalled={A.identity: {TERM}})
+    assert c.start(admit_new=False) == []
+    assert not c.done
+    c.cancel(T0 + 1)  # the event turned out to be over
+    assert c.record.outcome is Outcome.CANCELLED
+    assert c.record.processes == {}

@@ -7,7 +7,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,7 @@ from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.drain_record import DrainRecord, End, ExitStatus, Outcome, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.daemon.drain import drain
+from watchdog.daemon.drain import DrainListener, DrainPlan, drain
 from watchdog.host.signals import PidfdSignaller, start_time
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
@@ -46,29 +46,33 @@ class StaticScanner:
         return StaticScan()
 
 
-class Live:
-    """Collects the hooks' calls and the latest record from another thread."""
+class Live(DrainListener):
+    """Collects the listener's calls and the latest record from another thread."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ProcessIdentity, int]] = []
         self.record: DrainRecord | None = None
 
-    def intent(self, identity: ProcessIdentity, signum: int) -> None:
-        self.calls.append(("intent", identity, signum))
+    def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
+        self.calls += [("intent", identity, signum) for identity, signum in intents]
 
-    def sent(self, identity: ProcessIdentity, signum: int, result: SignalResult) -> None:
-        self.calls.append(("sent", identity, signum))
+    def after_signals(
+        self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
+    ) -> None:
+        self.calls += [("sent", identity, signum) for identity, signum, _ in sent]
 
-    def update(self, record: DrainRecord) -> None:
+    def updated(self, record: DrainRecord) -> None:
         self.record = record
 
     def signalled(self, identity: ProcessIdentity) -> bool:
         return ("sent", identity, TERM) in self.calls
 
 
-def in_thread(**kwargs: Any) -> tuple[ThreadPoolExecutor, Future[DrainRecord]]:
+def in_thread(
+    holders: Sequence[Holder], plan: DrainPlan, **kwargs: Any
+) -> tuple[ThreadPoolExecutor, Future[DrainRecord]]:
     pool = ThreadPoolExecutor(max_workers=1)
-    return pool, pool.submit(drain, **kwargs)
+    return pool, pool.submit(drain, holders, plan, **kwargs)
 
 
 def test_workloads_that_exit_on_sigterm_end_the_drain_early(workloads: Workloads) -> None:
@@ -83,9 +87,7 @@ def test_workloads_that_exit_on_sigterm_end_the_drain_early(workloads: Workloads
     everyone = {c.identity for c in workloads.children} | {forking.grandchild}
     assert {h.identity for h in holders} == everyone
     live = Live()
-    record = drain(
-        holders, scanner=scanner, grace=120, rescan_interval=0.2, on_intent=live.intent, on_sent=live.sent
-    )
+    record = drain(holders, DrainPlan(grace=120, rescan_interval=0.2), scanner=scanner, listener=live)
     assert record.outcome is Outcome.EXITED, record.summary()
     assert record.ended is not None
     assert record.ended - record.started < 60
@@ -110,7 +112,8 @@ def test_ignoring_sigterm_is_killed_at_the_deadline_releasing_is_not(workloads: 
     releasing = workloads.start("release")
     handled = workloads.start("handled")
     scanner = scanner_for(workloads)
-    record = drain(scanner.scan().holders, scanner=scanner, grace=2, rescan_interval=0.2, kill_wait=10)
+    plan = DrainPlan(grace=2, rescan_interval=0.2, kill_wait=10)
+    record = drain(scanner.scan().holders, plan, scanner=scanner)
     assert record.outcome is Outcome.TIMED_OUT, record.summary()
     procs = record.processes
     assert procs[stubborn.identity].killed
@@ -126,9 +129,8 @@ def test_a_holder_that_appears_mid_drain_is_sigtermed_too(workloads: Workloads) 
     first = workloads.start("gate")
     scanner = scanner_for(workloads)
     live = Live()
-    pool, future = in_thread(
-        holders=scanner.scan().holders, scanner=scanner, grace=60, rescan_interval=0.2, on_sent=live.sent
-    )
+    plan = DrainPlan(grace=60, rescan_interval=0.2)
+    pool, future = in_thread(scanner.scan().holders, plan, scanner=scanner, listener=live)
     with pool:
         first.expect("term")
         newcomer = workloads.start("handled")  # e.g. a supervisor restarting the job
@@ -138,6 +140,8 @@ def test_a_holder_that_appears_mid_drain_is_sigtermed_too(workloads: Workloads) 
     assert record.outcome is Outcome.EXITED, record.summary()
     assert str(record.processes[newcomer.identity].exit_status) == "exited 0"
     assert record.processes[newcomer.identity].first_seen > record.started
+    assert record.processes[newcomer.identity].late_arrival
+    assert not record.processes[first.identity].late_arrival
     assert str(record.processes[first.identity].exit_status) == "exited 0"
 
 
@@ -145,7 +149,7 @@ def test_a_holder_whose_identity_changed_is_never_signalled(workloads: Workloads
     child = workloads.start("report")
     reused = ProcessIdentity(child.identity.pid, child.identity.start_time - 7)
     stale = Holder(reused, "python3", (), 0, (str(workloads.device),))
-    record = drain([stale], scanner=StaticScanner(), grace=30)
+    record = drain([stale], DrainPlan(grace=30), scanner=StaticScanner())
     assert record.processes[reused].end is End.IDENTITY_CHANGED
     assert record.outcome is Outcome.EXITED
     os.kill(child.identity.pid, signal.SIGUSR1)
@@ -157,7 +161,7 @@ def test_pid_1_and_the_watchdog_itself_in_a_holder_list_are_never_signalled_nor_
     """A scanner bug (or a hostile procfs) naming them costs nothing: refused at the signal, drain over."""
     named = [ProcessIdentity(pid, start_time(pid) or 0) for pid in (1, os.getpid())]
     holders = [Holder(identity, "init", (), 0, ("/dev/accel0",)) for identity in named]
-    record = drain(holders, scanner=StaticScanner(), grace=30)
+    record = drain(holders, DrainPlan(grace=30), scanner=StaticScanner())
     assert record.outcome is Outcome.EXITED  # nothing left to wait for; no SIGKILL either
     for identity in named:
         proc = record.processes[identity]
@@ -174,13 +178,9 @@ def test_cancel_and_stop_end_the_drain_without_sigkill(
     scanner = scanner_for(workloads)
     cancel, stop = threading.Event(), threading.Event()
     live = Live()
+    plan = DrainPlan(grace=120)
     pool, future = in_thread(
-        holders=scanner.scan().holders,
-        scanner=scanner,
-        grace=120,
-        cancel=cancel,
-        stop=stop,
-        on_sent=live.sent,
+        scanner.scan().holders, plan, scanner=scanner, cancel=cancel, stop=stop, listener=live
     )
     with pool:
         wait_for(lambda: live.signalled(stubborn.identity), what="the SIGTERM")
@@ -195,7 +195,8 @@ def test_cancel_and_stop_end_the_drain_without_sigkill(
 def test_dry_run_sends_nothing_and_reports_the_same(workloads: Workloads) -> None:
     children = [workloads.start(mode) for mode in ("default", "handled", "ignore")]
     scanner = scanner_for(workloads)
-    record = drain(scanner.scan().holders, scanner=scanner, grace=1, rescan_interval=0.2, dry_run=True)
+    plan = DrainPlan(grace=1, rescan_interval=0.2, dry_run=True)
+    record = drain(scanner.scan().holders, plan, scanner=scanner)
     assert record.outcome is Outcome.TIMED_OUT
     assert all(child.alive() for child in children)
     for child in children:
@@ -208,21 +209,15 @@ def test_dry_run_sends_nothing_and_reports_the_same(workloads: Workloads) -> Non
 
 def test_dry_run_refuses_a_real_signaller(workloads: Workloads) -> None:
     with pytest.raises(ValueError, match="dry-run signaller"):
-        drain([], scanner=StaticScanner(), dry_run=True, signaller=PidfdSignaller())
+        drain([], DrainPlan(dry_run=True), scanner=StaticScanner(), signaller=PidfdSignaller())
 
 
 def test_a_resumed_drain_never_sigterms_again_but_kills_on_time(workloads: Workloads) -> None:
     child = workloads.start("report")
     scanner = scanner_for(workloads)
     live = Live()
-    record = drain(
-        scanner.scan().holders,
-        scanner=scanner,
-        deadline=time.monotonic() + 0.5,
-        already_signalled={child.identity: {TERM}},
-        on_intent=live.intent,
-        on_sent=live.sent,
-    )
+    plan = DrainPlan(deadline=time.monotonic() + 0.5, already_signalled={child.identity: {TERM}})
+    record = drain(scanner.scan().holders, plan, scanner=scanner, listener=live)
     assert record.outcome is Outcome.TIMED_OUT
     assert live.calls == [("intent", child.identity, KILL), ("sent", child.identity, KILL)]
     assert child.popen.wait(timeout=20) == -KILL
@@ -238,18 +233,13 @@ def test_failing_hooks_and_scans_are_noted_not_raised(workloads: Workloads) -> N
         def scan(self) -> StaticScan:
             raise OSError("procfs unreadable")
 
-    def persist(identity: ProcessIdentity, signum: int) -> None:
-        raise OSError("disk full")
+    class DiskFull(Live):
+        def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
+            raise OSError("disk full")
 
-    live = Live()
-    pool, future = in_thread(
-        holders=scanner_for(workloads).scan().holders,
-        scanner=Broken(),
-        grace=60,
-        rescan_interval=0.05,
-        on_intent=persist,
-        on_update=live.update,
-    )
+    live = DiskFull()
+    plan = DrainPlan(grace=60, rescan_interval=0.05)
+    pool, future = in_thread(scanner_for(workloads).scan().holders, plan, scanner=Broken(), listener=live)
 
     def scan_failure_noted() -> bool:
         return live.record is not None and any("procfs unreadable" in n for n in live.record.notes)
@@ -264,10 +254,10 @@ def test_failing_hooks_and_scans_are_noted_not_raised(workloads: Workloads) -> N
 
 
 def test_no_holders_returns_at_once() -> None:
-    record = drain([], scanner=StaticScanner())
+    record = drain([], DrainPlan(), scanner=StaticScanner())
     assert record.outcome is Outcome.NO_HOLDERS
     with pytest.raises(ValueError, match="not both"):
-        drain([], scanner=StaticScanner(), grace=1, deadline=2)
+        DrainPlan(grace=1, deadline=2)
 
 
 # --- the loop driven by an injected clock: no processes, no real time ---------------------------------
@@ -297,14 +287,11 @@ class FakeWorld:
         self.exited: list[ProcessIdentity] = []
         self.watched: set[ProcessIdentity] = set()
 
-    def intent(self, identity: ProcessIdentity, signum: int) -> None:
-        self.log.append(("intent", identity, signum, self.clock.now))
-
     def prepare(self, identities: object) -> None:
         pass
 
     def send(self, identity: ProcessIdentity, signum: int) -> SignalResult:
-        assert self.log[-1] == ("intent", identity, signum, self.clock.now)  # write-ahead came first
+        assert ("intent", identity, signum, self.clock.now) in self.log  # write-ahead came first
         self.log.append(("send", identity, signum, self.clock.now))
         if identity in self.exit_on.get(signum, set()):
             self.exited.append(identity)
@@ -336,6 +323,19 @@ class FakeWorld:
         return True
 
 
+class WorldListener(DrainListener):
+    """Logs the write-ahead intents in the world's log; hands each record update to `on_update`."""
+
+    def __init__(self, world: FakeWorld, on_update: Callable[[DrainRecord], None]) -> None:
+        self.world, self.on_update = world, on_update
+
+    def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
+        self.world.log += [("intent", i, signum, self.world.clock.now) for i, signum in intents]
+
+    def updated(self, record: DrainRecord) -> None:
+        self.on_update(record)
+
+
 def fake_holder(pid: int) -> Holder:
     return Holder(ProcessIdentity(pid, 1), f"p{pid}", (), 0, ("/dev/accel0",))
 
@@ -347,13 +347,12 @@ def test_the_deadline_follows_the_injected_clock() -> None:
     updates: list[DrainRecord] = []
     record = drain(
         [obedient, stubborn],
+        DrainPlan(grace=30),
         scanner=world,
+        listener=WorldListener(world, updates.append),
         signaller=world,
         exits=world,
         clock=clock,
-        grace=30,
-        on_intent=world.intent,
-        on_update=updates.append,
     )
     assert record.outcome is Outcome.TIMED_OUT
     sends = [(e[1].pid, e[2], e[3] - 5000.0) for e in world.log if e[0] == "send"]
@@ -375,14 +374,13 @@ def test_stop_interrupts_before_the_deadline_under_an_injected_clock() -> None:
 
     record = drain(
         [h],
+        DrainPlan(grace=300),
         scanner=world,
+        listener=WorldListener(world, update),
+        stop=stop,
         signaller=world,
         exits=world,
         clock=clock,
-        grace=300,
-        stop=stop,
-        on_update=update,
-        on_intent=world.intent,
     )
     assert record.outcome is Outcome.INTERRUPTED
     assert record.ended is not None
@@ -399,16 +397,18 @@ def test_a_wave_of_signals_has_its_intents_written_once_before_the_first_signal(
         ready, _, _ = select.select([c.out for c in children], [], [], 0)
         return bool(ready)
 
-    def intents(wave: Any) -> None:
-        waves.append((list(wave), anyone_signalled()))
+    class Waves(DrainListener):
+        def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
+            waves.append((list(intents), anyone_signalled()))
 
+        def after_signals(
+            self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
+        ) -> None:
+            results.append(list(sent))
+
+    plan = DrainPlan(grace=1.0, rescan_interval=0.2)
     record = drain(
-        scanner_for(workloads).scan().holders,
-        scanner=scanner_for(workloads),
-        grace=1.0,
-        rescan_interval=0.2,
-        on_intents=intents,
-        on_sents=lambda sent: results.append(list(sent)),
+        scanner_for(workloads).scan().holders, plan, scanner=scanner_for(workloads), listener=Waves()
     )
     assert record.outcome is Outcome.TIMED_OUT
     (terms, early), (kills, _) = waves

@@ -12,15 +12,12 @@ from typing import Any
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.config.settings import Config, default_config
-from watchdog.daemon.loop import Daemon
+from watchdog.daemon.compose import Wiring, build_daemon
+from watchdog.daemon.loop import CONFIRM_WAIT
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.backoff import Backoff
-from watchdog.metadata.errors import ErrorKind
-from watchdog.metadata.transport import MetadataTransport
-from watchdog.metadata.watch import MetadataWatcher, WatchMode, WatchTiming
+from watchdog.metadata.watch import WatchMode, WatchTiming
 from watchdog.store.statefile import StateStore
-from watchdog.surface.hooks import HookRunner
-from watchdog.surface.metrics import Metrics
 from watchdog.surface.notify import Notifier
 
 MAINTENANCE = "instance/maintenance-event"
@@ -55,35 +52,26 @@ class DaemonHarness:
         notifier: Notifier | None = None,
         store: StateStore | None = None,
         scanner: Any = None,
+        confirm_wait: float = CONFIRM_WAIT,
         **overrides: Any,
     ) -> None:
         self.config = harness_config(state_dir, workloads, **overrides)
         self.fake = fake
         self.stop = threading.Event()
-        self.transport = MetadataTransport(fake.address)
-        self.metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
-        self.store = store or StateStore(self.config.state_dir)
-
-        def watcher(emit: Any) -> MetadataWatcher:
-            return MetadataWatcher(
-                self.transport,
-                emit,
-                self.stop,
-                timeout_sec=2,
-                timing=FAST,
-                backoff_factory=lambda: Backoff(initial=0.05, cap=0.2),
-            )
-
-        self.daemon = Daemon(
-            self.config,
-            stop=self.stop,
-            watcher_factory=watcher,
+        wiring = Wiring(
+            metadata_host=fake.address,
+            timeout_sec=2,
+            timing=FAST,
+            backoff=lambda: Backoff(initial=0.05, cap=0.2),
             scanner=scanner or OwnScanner(workloads),
-            store=self.store,
-            hooks=HookRunner.from_config(self.config),
+            store=store,
             notifier=notifier or Notifier(environ={}),
-            metrics=self.metrics,
+            host_info=False,
+            confirm_wait=confirm_wait,
         )
+        self.built = build_daemon(self.config, self.stop, wiring)
+        self.daemon, self.transport = self.built.daemon, self.built.transport
+        self.metrics, self.store = self.built.metrics, self.built.store
         self.thread = threading.Thread(target=self.daemon.run, name="daemon under test", daemon=True)
 
     def __enter__(self) -> DaemonHarness:

@@ -14,6 +14,7 @@ def test_fields_name_the_message_and_prefix_the_rest() -> None:
         "MESSAGE_ID": MESSAGE_IDS["signal_sent"],
         "TPU_WATCHDOG_PID": 42,
         "TPU_WATCHDOG_PROCESS": "python3",
+        "tpu_watchdog_kind": "signal_sent",  # lower case: for JSON lines, never sent to the journal
     }
 
 

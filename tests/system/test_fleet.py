@@ -26,16 +26,12 @@ from tests.support.daemon_harness import FAST, MAINTENANCE, harness_config
 from tests.support.prometheus_server import PrometheusServer
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, OwnScanner, Workloads
+from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.daemon.loop import Daemon
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.backoff import Backoff
-from watchdog.metadata.errors import ErrorKind
-from watchdog.metadata.transport import MetadataTransport, read_host_info
-from watchdog.metadata.watch import MetadataWatcher
-from watchdog.store.statefile import StateStore
-from watchdog.surface.hooks import HookRunner
+from watchdog.metadata.transport import MetadataTransport
 from watchdog.surface.httpapi import HttpSurface
-from watchdog.surface.metrics import Metrics
 from watchdog.surface.notify import Notifier
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,26 +95,13 @@ def start_host(root: Path, index: int, slice_: tuple[str, str], worker_id: int) 
         raise
     config = harness_config(directory / "state", workloads, maintenance_grace=300.0)
     stop = threading.Event()
-    transport = MetadataTransport(fake.address)
-    metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
-
-    def watcher(emit: Any) -> MetadataWatcher:
-        return MetadataWatcher(
-            transport, emit, stop, timeout_sec=HANG_SEC, timing=FAST,
-            backoff_factory=lambda: Backoff(initial=0.05, cap=0.5),
-        )  # fmt: skip
-
-    daemon = Daemon(
-        config,
-        stop=stop,
-        watcher_factory=watcher,
-        scanner=OwnScanner(workloads),  # type: ignore[arg-type]
-        store=StateStore(config.state_dir),
-        hooks=HookRunner.from_config(config),
+    wiring = Wiring(
+        metadata_host=fake.address, timeout_sec=HANG_SEC, timing=FAST,
+        backoff=lambda: Backoff(initial=0.05, cap=0.5), scanner=OwnScanner(workloads),
         notifier=Notifier(environ={}),
-        metrics=metrics,
-        host_info=lambda: read_host_info(transport),  # the real path: the daemon asks its metadata server
-    )
+    )  # fmt: skip
+    built = build_daemon(config, stop, wiring)  # host_info on: the daemon asks its metadata server
+    daemon, transport = built.daemon, built.transport
     http = HttpSurface("127.0.0.1:0", daemon.view)
     http.start()
     thread = threading.Thread(target=daemon.run, name=f"daemon {index}", daemon=True)

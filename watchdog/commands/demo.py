@@ -96,15 +96,9 @@ def relay(stream: object, prefix: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from watchdog.commands.status import render
     from watchdog.config.settings import default_config
-    from watchdog.daemon.loop import Daemon
+    from watchdog.daemon.compose import Wiring, build_daemon
     from watchdog.fake.server import FakeMetadataServer
-    from watchdog.metadata.errors import ErrorKind
-    from watchdog.metadata.transport import MetadataTransport
-    from watchdog.metadata.watch import MetadataWatcher, WatchEvent
-    from watchdog.store.statefile import StateStore
-    from watchdog.surface.hooks import HookRunner
     from watchdog.surface.httpapi import HttpSurface
-    from watchdog.surface.metrics import Metrics
     from watchdog.surface.notify import Notifier
 
     handler = logging.StreamHandler(sys.stdout)
@@ -146,17 +140,12 @@ def run(args: argparse.Namespace) -> int:
         config = dataclasses.replace(
             default_config(), devices=(str(device),), state_dir=str(tmp / "state"), log_level="info"
         )
-        transport = MetadataTransport(fake.address)
-
-        def watcher(emit: Callable[[WatchEvent], None]) -> MetadataWatcher:
-            return MetadataWatcher(transport, emit, stop, timeout_sec=10)
-
-        metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
-        daemon = Daemon(
-            config, stop=stop, watcher_factory=watcher, scanner=scanner,  # type: ignore[arg-type]
-            store=StateStore(config.state_dir), hooks=HookRunner.from_config(config),
-            notifier=Notifier(environ={}), metrics=metrics,
+        wiring = Wiring(
+            metadata_host=fake.address, timeout_sec=10, scanner=scanner, notifier=Notifier(environ={}),
+            host_info=False,
         )  # fmt: skip
+        built = build_daemon(config, stop, wiring)
+        daemon, transport = built.daemon, built.transport
         http = HttpSurface("127.0.0.1:0", daemon.view)
         http.start()
         runner = threading.Thread(target=daemon.run, name="daemon", daemon=True)

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
         return EXIT_CONFIG
-    from watchdog.daemon.drain import drain
+    from watchdog.daemon.drain import DrainListener, DrainPlan, drain
     from watchdog.host.holders import scanner_for
 
     out = sys.stdout
@@ -100,20 +100,16 @@ def run(args: argparse.Namespace) -> int:
         if tty:
             sys.stderr.write("\n")
 
-    def publish(record: DrainRecord) -> None:
-        latest[:] = [record]
+    class Progress(DrainListener):
+        def updated(self, record: DrainRecord) -> None:
+            latest[:] = [record]
 
     ticker = threading.Thread(target=countdown, name="countdown", daemon=True)
     ticker.start()
-    record = drain(
-        holders,
-        scanner=scanner,
-        grace=grace,
-        on_timeout="kill" if config.on_timeout == "kill" else "leave",
-        dry_run=config.dry_run,
-        cancel=cancel,
-        on_update=publish,
+    plan = DrainPlan(
+        grace=grace, on_timeout="kill" if config.on_timeout == "kill" else "leave", dry_run=config.dry_run
     )
+    record = drain(holders, plan, scanner=scanner, listener=Progress(), cancel=cancel)
     finished.set()
     ticker.join(timeout=2)
     out.write(f"\n{record.one_line()}\n")

@@ -1,8 +1,9 @@
 """`tpu-watchdog run`: the daemon. Builds the real edges from the configuration and runs the loop.
 
 Exit statuses: 0 after a clean stop (SIGTERM/SIGINT), 78 (EX_CONFIG) for a bad configuration, so systemd's
-RestartPreventExitStatus does not loop on it, 73 (EX_CANTCREAT) when the state directory is unusable, and
-1 when the HTTP listener cannot bind.
+RestartPreventExitStatus does not loop on it, 73 (EX_CANTCREAT) when the state directory is unusable, 75
+(EX_TEMPFAIL) when another daemon holds the state directory past the lock wait (systemd's Restart= tries
+again), and 1 when the HTTP listener cannot bind.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 
 from watchdog.cli import EXIT_CONFIG
 from watchdog.config.settings import ConfigError, add_config_arguments, environment_help, load_config
 
 EXIT_CANTCREAT = 73
+EXIT_LOCKED = 75  # EX_TEMPFAIL: another daemon holds the state directory
+LOCK_WAIT = 30.0  # s a second instance waits for the first to stop (systemd and k8s stop it within 15 s)
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -31,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metadata-timeout-sec", type=int, default=60, help=argparse.SUPPRESS
     )  # hanging-GET timeout_sec; the real server's habit is 60 (tests and the demo shorten it)
     parser.add_argument("--test-wedge-file", help=argparse.SUPPRESS)  # test-only fault switch (daemon.py)
+    # s to wait for another daemon to release the state directory (tests shorten it)
+    parser.add_argument("--lock-wait", type=float, default=LOCK_WAIT, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,44 +51,33 @@ def run(args: argparse.Namespace) -> int:
 
     from watchdog.surface.logs import setup_logging
 
-    setup_logging(config.log_level)
+    setup_logging(config.log_level, log_format=config.log_format)
     # Heavy imports after the configuration is known good: a typo costs no start-up time.
-    from watchdog.daemon.loop import Daemon
-    from watchdog.host.holders import scanner_for
-    from watchdog.metadata.errors import ErrorKind
-    from watchdog.metadata.transport import MetadataTransport, read_host_info, resolve_metadata_host
-    from watchdog.metadata.watch import MetadataWatcher, WatchEvent
-    from watchdog.store.statefile import StateDirError, StateStore
-    from watchdog.surface.hooks import HookRunner
+    from watchdog.daemon.compose import Wiring, build_daemon
+    from watchdog.store.lock import StateDirBusyError, StateDirLock
+    from watchdog.store.statefile import StateDirError
     from watchdog.surface.httpapi import HttpSurface
-    from watchdog.surface.metrics import Metrics
-    from watchdog.surface.notify import Notifier
 
+    lock = StateDirLock(config.state_dir)  # held until this process ends: one daemon per host
     try:
-        store = StateStore(config.state_dir)
+        try:
+            lock.acquire(0.0, stop)
+        except StateDirBusyError:
+            log.warning("another tpu-watchdog holds %s: waiting up to %.0f s for it to stop", lock.dir,
+                        args.lock_wait)  # fmt: skip
+            lock.acquire(args.lock_wait, stop)
+        wiring = Wiring(timeout_sec=args.metadata_timeout_sec, wedge_file=args.test_wedge_file)
+        built = build_daemon(config, stop, wiring)
+    except StateDirBusyError as error:
+        if stop.is_set():
+            log.info("tpu-watchdog stopped while waiting for the state directory")
+            return 0
+        log.error("refusing to start: %s", error.strerror)
+        return EXIT_LOCKED
     except StateDirError as error:
-        log.error("%s", error)
+        log.error("%s", error.strerror or error)
         return EXIT_CANTCREAT
-    host = resolve_metadata_host(config.metadata_host, os.environ)
-    transport = MetadataTransport(host)
-    metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
-    scanner = scanner_for(config)
-
-    def watcher_factory(emit: Callable[[WatchEvent], None]) -> MetadataWatcher:
-        return MetadataWatcher(transport, emit, stop, timeout_sec=args.metadata_timeout_sec)
-
-    daemon = Daemon(
-        config,
-        stop=stop,
-        watcher_factory=watcher_factory,
-        scanner=scanner,
-        store=store,
-        hooks=HookRunner.from_config(config),
-        notifier=Notifier(),
-        metrics=metrics,
-        host_info=lambda: read_host_info(transport),
-        wedge_file=args.test_wedge_file,
-    )
+    daemon, transport, host = built.daemon, built.transport, built.metadata_host
     try:
         http = HttpSurface(str(config.listen), daemon.view)
     except OSError as error:

@@ -17,6 +17,7 @@ ON_TIMEOUT = ("kill", "leave")
 MIGRATE_ACTIONS = ("ignore", "drain")
 UNKNOWN_EVENT_ACTIONS = ("drain", "ignore")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")  # json: one object per line (Cloud Logging's fields); ignored under systemd
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
         "--listen",
     ),
     _choice("log_level", "log_level", "info", LOG_LEVELS, "--log-level"),
+    _choice("log_format", "log_format", "text", LOG_FORMATS, "--log-format"),
     Setting(
         "dry_run",
         "dry_run",

@@ -59,6 +59,7 @@ class Config:
     state_dir: str
     listen: v.Address
     log_level: str  # debug | info | warning | error
+    log_format: str  # text | json (stderr; under systemd the journal gets structured fields either way)
     dry_run: bool
     metadata_host: str | None  # None: GCE_METADATA_HOST, else metadata.google.internal
     devices: tuple[str, ...]  # path globs of the TPU device files
@@ -130,6 +131,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", default=None, help="log what would be signalled, signal nothing"
     )
     group.add_argument("--log-level", metavar="LEVEL", help="debug | info | warning | error")
+    group.add_argument("--log-format", metavar="FORMAT", help="text | json (one JSON object per line)")
 
 
 def environment_help() -> str:
@@ -224,6 +226,7 @@ def _flag_values(args: argparse.Namespace) -> list[tuple[Setting, str, object]]:
         "state_dir": "state_dir",
         "listen": "listen",
         "log_level": "log_level",
+        "log_format": "log_format",
     }
     given: list[tuple[Setting, str, object]] = []
     for dest, key in simple.items():

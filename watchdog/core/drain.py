@@ -7,6 +7,12 @@ the record. No I/O and no clock reads, so every transition is tested without pro
 Phases: WAITING (holders got SIGTERM; wait for them to exit, rescanning for newcomers), then at the deadline
 either KILLING (SIGKILL what still holds a device, wait a bounded time for it to vanish) or straight to DONE
 (on_timeout="leave"). Times are monotonic seconds of the caller's clock.
+
+Newcomers (a process that opens a device after the first wave: a job supervisor restarting the job) get
+their one SIGTERM when a scan finds them, and SIGKILL at the same deadline; one found after the deadline gets
+SIGTERM and, on "kill", SIGKILL in the same wave (what still holds a device at the deadline is killed). The
+edge may hold newcomers back (`admit_new=False`: after a restart, until the metadata server confirms the event
+is still on): they are not signalled, and the drain waits for them while the deadline is ahead.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ class DrainCore:
         already_signalled: Mapping[ProcessIdentity, Collection[int]] | None = None,
         rescan_interval: float = 1.0,
         kill_wait: float = 10.0,
+        late: bool = False,
     ) -> None:
         if on_timeout not in ("kill", "leave"):
             raise ValueError(f"on_timeout must be 'kill' or 'leave', not {on_timeout!r}")
@@ -80,8 +87,9 @@ class DrainCore:
         if not kill_wait >= 0:
             raise ValueError(f"kill_wait must be >= 0 s, not {kill_wait!r}")
         self.record = DrainRecord(
-            started=now, started_wall=now_wall, deadline=deadline, on_timeout=on_timeout, dry_run=dry_run
-        )
+            started=now, started_wall=now_wall, deadline=deadline, on_timeout=on_timeout, dry_run=dry_run,
+            late=late,
+        )  # fmt: skip
         self.phase = Phase.WAITING
         self._initial = list(
             {h.identity: h for h in holders}.values()
@@ -92,6 +100,8 @@ class DrainCore:
         self._last_scan = now
         self._kill_deadline: float | None = None
         self._pending: dict[ProcessIdentity, None] = {}  # record.pending(), kept as it changes (500 holders)
+        self._held_back: set[ProcessIdentity] = set()  # newcomers seen by the last scan and not admitted
+        self._said_held_back = False
 
     @property
     def done(self) -> bool:
@@ -101,15 +111,23 @@ class DrainCore:
         """Processes still waited for: the edge watches these for exit."""
         return list(self._pending)
 
-    def start(self) -> list[SendSignal]:
-        """The first actions: SIGTERM every holder not already signalled (or, past the deadline, the kill)."""
+    def start(self, admit_new: bool = True) -> list[SendSignal]:
+        """The first actions: SIGTERM every holder not already signalled (or, past the deadline, the kill).
+        `admit_new=False`: only processes an earlier run signalled are taken on; the others wait."""
         now = self.record.started
-        if not self._initial:
-            self._finish(Outcome.NO_HOLDERS, now)
-            return []
         if now >= self.record.deadline:
-            return self.observe_scan(self._initial, running=(), now=now)
-        return [a for h in self._initial if (a := self._track(h, now)) is not None]
+            return self.observe_scan(self._initial, running=(), now=now, admit_new=admit_new)
+        actions: list[SendSignal] = []
+        for holder in self._initial:
+            if admit_new or holder.identity in self._already:
+                action = self._track(holder, now, late=self.record.late)
+                actions += [action] if action is not None else []
+            else:
+                self._held_back.add(holder.identity)
+        self._note_held_back()
+        if not self._pending and not self._held_back:
+            self._finish(Outcome.NO_HOLDERS, now)
+        return actions
 
     def observe_signal(
         self, identity: ProcessIdentity, signum: int, result: SignalResult, now: float
@@ -158,20 +176,31 @@ class DrainCore:
         return max(0.0, due - now)
 
     def observe_scan(
-        self, holders: Sequence[Holder] | None, running: Collection[ProcessIdentity], now: float
+        self,
+        holders: Sequence[Holder] | None,
+        running: Collection[ProcessIdentity],
+        now: float,
+        admit_new: bool = True,
     ) -> list[SendSignal]:
         """A rescan: `holders` now holding a device (None: the scan failed), and `running`: pending
-        processes missing from the scan that are confirmed alive and not exiting: they released the device."""
+        processes missing from the scan that are confirmed alive and not exiting: they released the device.
+        `admit_new=False` holds back holders no run of the daemon has signalled yet."""
         if self.phase is not Phase.WAITING:
             return []
         self._last_scan = now
         actions: list[SendSignal] = []
         seen = {h.identity for h in holders} if holders is not None else set()
         past_deadline = now >= self.record.deadline
+        if holders is not None:
+            self._held_back.clear()
         for h in holders or ():
             proc = self.record.processes.get(h.identity)
             if proc is None:
-                action = self._track(h, now, terminate=not past_deadline)
+                if not admit_new and h.identity not in self._already:
+                    self._held_back.add(h.identity)
+                    continue
+                late = self.record.late or now > self.record.started
+                action = self._track(h, now, late=late)
                 if action is not None:
                     actions.append(action)
             elif proc.end is End.RELEASED:
@@ -182,6 +211,9 @@ class DrainCore:
             for identity in list(self._pending):
                 if identity not in seen and identity in running:
                     self._end(self.record.processes[identity], End.RELEASED, now)
+        self._note_held_back()
+        if past_deadline:
+            self._held_back.clear()  # the deadline passed unconfirmed: they are never signalled
         if past_deadline and self._pending:
             actions += self._deadline(seen if holders is not None else set(running), now)
         self._settle(now)
@@ -219,16 +251,26 @@ class DrainCore:
 
     # -- internals --
 
-    def _track(self, holder: Holder, now: float, terminate: bool = True) -> SendSignal | None:
-        """Start recording a holder; SIGTERM it unless an earlier run of the daemon already did."""
-        proc = ProcessRecord(holder.identity, holder.name, holder.devices, first_seen=now)
+    def _track(self, holder: Holder, now: float, late: bool = False) -> SendSignal | None:
+        """Start recording a holder; SIGTERM it unless an earlier run of the daemon (or an earlier drain of
+        the same event) already did."""
+        proc = ProcessRecord(holder.identity, holder.name, holder.devices, first_seen=now, late_arrival=late)
         self.record.processes[holder.identity] = proc
         self._pending[holder.identity] = None
         for signum in sorted(self._already.get(holder.identity, ())):
             proc.signals.append(SentSignal(signum, None, SignalResult.SENT))
-        if terminate and signal.SIGTERM not in self._already.get(holder.identity, ()):
+        if signal.SIGTERM not in self._already.get(holder.identity, ()):
             return SendSignal(holder.identity, signal.SIGTERM)
         return None
+
+    def _note_held_back(self) -> None:
+        """Said once per drain: newcomers wait for the event to be confirmed (after a restart)."""
+        if self._held_back and not self._said_held_back:
+            self._said_held_back = True
+            self.record.notes.append(
+                f"{len(self._held_back)} process(es) opened a device while the event awaited confirmation "
+                "after a restart: not signalled until the metadata server confirms it"
+            )
 
     def _deadline(self, still_holding: Collection[ProcessIdentity], now: float) -> list[SendSignal]:
         """At the deadline: SIGKILL what still holds a device ("kill"), or only report ("leave")."""
@@ -237,7 +279,8 @@ class DrainCore:
             return []
         self.phase = Phase.KILLING
         self._kill_deadline = now + self._kill_wait
-        targets = [i for i in self._pending if i in still_holding]
+        # A newcomer tracked in this very scan still holds the device (it was just seen holding it).
+        targets = [i for i in self._pending if i in still_holding or not self.record.processes[i].signals]
         if self.record.dry_run:
             self._finish(Outcome.TIMED_OUT, now)  # nothing was signalled, nothing will exit: no kill wait
         return [SendSignal(i, signal.SIGKILL) for i in targets]
@@ -249,7 +292,7 @@ class DrainCore:
     def _settle(self, now: float) -> None:
         if self.done:
             return
-        if not self._pending:
+        if not self._pending and not (self._held_back and self.phase is Phase.WAITING):
             self._finish(Outcome.EXITED if self.phase is Phase.WAITING else Outcome.TIMED_OUT, now)
         elif self.phase is Phase.KILLING and self._kill_deadline is not None and now >= self._kill_deadline:
             self.record.notes.append(f"{len(self._pending)} process(es) still running after SIGKILL")

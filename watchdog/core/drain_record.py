@@ -93,6 +93,7 @@ class ProcessRecord:
     end: End | None = None
     ended_at: float | None = None
     exit_status: ExitStatus | None = None
+    late_arrival: bool = False  # opened a device after the drain's first wave (e.g. a restarted job)
 
     def sent(self, signum: int) -> list[SentSignal]:
         return [s for s in self.signals if s.signum == signum and s.result is SignalResult.SENT]
@@ -118,7 +119,7 @@ class ProcessRecord:
             return "before restart" if at is None else f"+{at - start:.2f} s"
 
         verb = "would send" if dry_run else "sent"
-        parts = [f"{self.identity} {self.name}"]
+        parts = [f"{self.identity} {self.name}" + (" (late arrival)" if self.late_arrival else "")]
         for s in self.signals:
             name = signal.Signals(s.signum).name
             if s.result is SignalResult.SENT:
@@ -156,6 +157,7 @@ class DrainRecord:
     ended: float | None = None
     processes: dict[ProcessIdentity, ProcessRecord] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    late: bool = False  # a drain for late arrivals: its event's first drain had ended, the event had not
 
     def wall(self, monotonic: float) -> float:
         """The wall-clock time of a monotonic instant of this drain."""
@@ -168,8 +170,9 @@ class DrainRecord:
         """Lines for humans: the outcome, then each process."""
         state = self.outcome.value if self.outcome else "in progress"
         took = f" after {self.ended - self.started:.2f} s" if self.ended is not None else ""
+        late = "late-arrival " if self.late else ""
         head = (
-            f"drain {state}{took} (deadline +{self.deadline - self.started:.1f} s, on timeout: "
+            f"{late}drain {state}{took} (deadline +{self.deadline - self.started:.1f} s, on timeout: "
             f"{self.on_timeout}{', dry run: nothing was sent' if self.dry_run else ''})"
         )
         lines = [head] + [f"  {p.describe(self.started, self.dry_run)}" for p in self.processes.values()]
@@ -193,7 +196,8 @@ class DrainRecord:
         }
         parts = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
         dry = " (dry run: nothing was sent)" if self.dry_run else ""
-        return f"drain {state}{took}: {len(procs)} process(es){': ' + parts if parts else ''}{dry}"
+        late = "late-arrival " if self.late else ""
+        return f"{late}drain {state}{took}: {len(procs)} process(es){': ' + parts if parts else ''}{dry}"
 
     def to_dict(self) -> dict[str, object]:
         """Plain data (wall-clock seconds) for JSON: the state file, `status`, the drill report."""
@@ -208,6 +212,7 @@ class DrainRecord:
             "ended": w(self.ended),
             "on_timeout": self.on_timeout,
             "dry_run": self.dry_run,
+            "late": self.late,
             "notes": list(self.notes),
             "processes": [
                 {
@@ -224,6 +229,7 @@ class DrainRecord:
                     "ended_at": w(p.ended_at),
                     "killed": p.killed,
                     "exit_status": str(p.exit_status) if p.exit_status else None,
+                    "late_arrival": p.late_arrival,
                 }
                 for p in self.processes.values()
             ],

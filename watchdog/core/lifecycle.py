@@ -13,11 +13,17 @@ Rules (the product's promises):
 - At most one drain at a time. An event that starts during a drain joins it: the deadline can only move
   earlier (a preemption during a maintenance drain shortens it), never later.
 - When none of a running drain's events is still active, the drain is cancelled (no SIGKILL).
+- A drain ends when its holders are gone, but its events may go on: a process that opens a device while
+  they do (a job supervisor restarting the job) gets a drain of its own, a late-arrival drain, with the
+  deadline of the events it serves (`late_arrivals`). Once the events clear, nobody new is signalled.
+- Events restored from the state file are unconfirmed until a metadata answer in this run says they are
+  still on (`confirmed`): the edge signals nobody new for them until then (see `Daemon.admits_newcomers`).
 """
 
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 
 
@@ -57,6 +63,7 @@ class Event:
     first_seen: float
     drained: bool = False
     deadline: float | None = None  # first_seen + the grace of its trigger
+    confirmed: bool = True  # False when restored from the state file, until this run hears it again
 
 
 @dataclass
@@ -67,6 +74,19 @@ class Episode:
     started: float
     deadline: float
     cancelling: bool = False  # asked to stop: a new event waits for it to end, then gets its own drain
+    late: bool = False  # for late arrivals: its events' first drain had ended, the events had not
+    drain_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.drain_id:
+            self.drain_id = drain_id_at(self.started)
+
+
+def drain_id_at(started: float) -> str:
+    """A drain's id, readable and unique per host: its start in UTC to the millisecond."""
+    whole = int(started)
+    millis = min(999, round((started - whole) * 1000))
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole)) + f".{millis:03d}Z"
 
 
 @dataclass(frozen=True)
@@ -84,6 +104,8 @@ class StartDrain:
     event: Event
     started: float
     deadline: float
+    late: bool = False
+    drain_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +143,9 @@ class Lifecycle:
             return self._clear(current) if current is not None else []
         if current is not None:
             current.value = trigger.value
+            current.confirmed = True
+            if current.deadline is not None and now + trigger.grace < current.deadline:
+                current.deadline = now + trigger.grace  # a value with a shorter grace: the event's too
             return self._maybe_move(current, now + trigger.grace)
         event = Event(
             f"{source}:{trigger.value}@{now:.3f}", source, trigger.value, now, False, now + trigger.grace
@@ -153,11 +178,21 @@ class Lifecycle:
         waiting = [e for e in self.events.values() if not e.drained]
         return self._start(waiting, now) if waiting and self.drain is None else []
 
-    def _start(self, events: list[Event], now: float) -> list[Action]:
+    def late_arrivals(self, now: float) -> list[Action]:
+        """A process holds a device while drained events are still on: a drain for it, with the deadline
+        of those events (none if a drain is running or no event is on)."""
+        if self.drain is not None or not self.events:
+            return []
+        if any(not e.drained for e in self.events.values()):
+            return self.start_waiting(now)  # an event no drain has covered: its own first drain
+        return self._start(list(self.events.values()), now, late=True)
+
+    def _start(self, events: list[Event], now: float, late: bool = False) -> list[Action]:
         deadline = min(e.deadline if e.deadline is not None else now for e in events)
-        self.drain = Episode([e.event_id for e in events], now, deadline)
+        self.drain = Episode([e.event_id for e in events], now, deadline, late=late)
         self.last_outcome = None
-        return [StartDrain(min(events, key=lambda e: e.first_seen), now, deadline)]
+        first = min(events, key=lambda e: e.first_seen)
+        return [StartDrain(first, now, deadline, late, self.drain.drain_id)]
 
     def _maybe_move(self, event: Event, deadline: float) -> list[Action]:
         if (

@@ -15,6 +15,7 @@ import copy
 import signal
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from watchdog.core.clock import Clock, SystemClock
@@ -24,7 +25,16 @@ from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.host.exits import PidfdExitWaiter
 from watchdog.host.signals import DryRunSignaller, PidfdSignaller, ProcessHandles
 
-__all__ = ["DEFAULT_GRACE", "POLL_CAP", "ExitWaiter", "Scanner", "Signaller", "drain"]
+__all__ = [
+    "DEFAULT_GRACE",
+    "POLL_CAP",
+    "DrainListener",
+    "DrainPlan",
+    "ExitWaiter",
+    "Scanner",
+    "Signaller",
+    "drain",
+]
 
 DEFAULT_GRACE = 300.0  # Cloud TPU Autocheckpoint: SIGTERM, then up to 5 minutes before maintenance proceeds
 POLL_CAP = 0.1  # longest wait between looks at cancel/stop (see the module docstring)
@@ -60,73 +70,99 @@ class ExitWaiter(Protocol):
     def running(self, identity: ProcessIdentity) -> bool: ...
 
 
+@dataclass(frozen=True)
+class DrainPlan:
+    """What a drain is to do. The deadline is `deadline` (absolute, monotonic seconds of the drain's clock:
+    resuming a drain) or, without one, `grace` seconds from the start (default 300 s). `already_signalled`
+    lists the signals an earlier run (or an earlier drain of the same event) sent: SIGTERM is never sent
+    twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks). `late`: a drain for
+    late arrivals (see `watchdog.core.lifecycle`)."""
+
+    grace: float | None = None
+    deadline: float | None = None
+    on_timeout: OnTimeout = "kill"
+    dry_run: bool = False
+    already_signalled: Mapping[ProcessIdentity, Collection[int]] = field(default_factory=dict)
+    rescan_interval: float = 1.0
+    kill_wait: float = 10.0
+    late: bool = False
+
+    def __post_init__(self) -> None:
+        if self.grace is not None and self.deadline is not None:
+            raise ValueError("give either grace (relative) or deadline (absolute), not both")
+        if self.grace is not None and not self.grace >= 0:
+            raise ValueError(f"grace must be >= 0 s, not {self.grace!r}")
+
+
+class DrainListener:
+    """What the drain tells, and asks, the code that runs it. Each method is a no-op here: override what
+    you need. An exception from one is noted in the record, never raised: it must not stop a drain."""
+
+    def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
+        """Called BEFORE a wave of signals goes out: persist them (write-ahead; one write for a wave).
+        `record` is the live record (names, late arrivals): read it now, never keep it."""
+
+    def after_signals(
+        self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
+    ) -> None:
+        """Called after a wave, with what became of each signal (and the live record, as above)."""
+
+    def updated(self, record: DrainRecord) -> None:
+        """A copy of the record when it changed (at most every PUBLISH_INTERVAL, and at the end)."""
+
+    def deadline(self) -> float | None:
+        """The deadline now (monotonic), read on every turn: it may move earlier, never later."""
+        return None
+
+    def admits_newcomers(self) -> bool:
+        """False holds back processes not signalled before (after a restart, until the event is confirmed)."""
+        return True
+
+
 def drain(
     holders: Sequence[Holder],
+    plan: DrainPlan,
     *,
     scanner: Scanner,
-    grace: float | None = None,
-    deadline: float | None = None,
-    on_timeout: OnTimeout = "kill",
-    dry_run: bool = False,
+    listener: DrainListener | None = None,
     cancel: threading.Event | None = None,
     stop: threading.Event | None = None,
-    already_signalled: Mapping[ProcessIdentity, Collection[int]] | None = None,
-    on_intent: Callable[[ProcessIdentity, int], None] | None = None,
-    on_sent: Callable[[ProcessIdentity, int, SignalResult], None] | None = None,
-    on_update: Callable[[DrainRecord], None] | None = None,
     clock: Clock | None = None,
     signaller: Signaller | None = None,
     exits: ExitWaiter | None = None,
-    rescan_interval: float = 1.0,
-    kill_wait: float = 10.0,
     proc_root: str = "/proc",
-    deadline_source: Callable[[], float] | None = None,
-    on_intents: Callable[[Sequence[tuple[ProcessIdentity, int]]], None] | None = None,
-    on_sents: Callable[[Sequence[tuple[ProcessIdentity, int, SignalResult]]], None] | None = None,
 ) -> DrainRecord:
-    """Drain `holders` (a fresh scan) and return the record.
-
-    The deadline is `deadline` (absolute, monotonic seconds of `clock`: resuming a drain) or now + `grace`
-    (default 300 s). `already_signalled` lists signals an earlier run sent (SIGTERM is never sent twice;
-    SIGKILL still goes out on time). `on_intent` is called BEFORE each signal (persist it: write-ahead),
-    `on_sent` after; `on_update` gets a copy of the record when it changed (at most every 0.1 s, and at
-    the end). Hook errors are noted in the record, never raised: a failing hook must not stop a drain.
-    `on_intents` / `on_sents` are the same for a whole wave of signals at once (one write-ahead for a hundred
-    holders instead of a hundred: all intents of the wave are persisted before its first signal).
-    `dry_run` sends nothing (signal 0 checks). `deadline_source`, read on every turn of the loop, may move the
-    deadline earlier (monotonic seconds of `clock`), never later.
-    Signaller and exit waiter default to pidfd ones sharing one `ProcessHandles`, closed at the end.
-    """
-    if grace is not None and deadline is not None:
-        raise ValueError("give either grace (relative) or deadline (absolute), not both")
-    if grace is not None and not grace >= 0:
-        raise ValueError(f"grace must be >= 0 s, not {grace!r}")
-    if signaller is not None and dry_run and not signaller.dry_run:
+    """Drain `holders` (a fresh scan) as `plan` says and return the record. `cancel`: the event went away;
+    `stop`: the daemon is stopping. Signaller and exit waiter default to pidfd ones sharing one
+    `ProcessHandles`, closed at the end."""
+    if signaller is not None and plan.dry_run and not signaller.dry_run:
         raise ValueError("dry_run=True needs a dry-run signaller: refusing to send real signals")
     clock = clock or SystemClock()
+    listener = listener or DrainListener()
     cancel = cancel if cancel is not None else threading.Event()
     stop = stop if stop is not None else threading.Event()
     owned: ProcessHandles | None = None
     if signaller is None or exits is None:
         owned = ProcessHandles(proc_root)
-        signaller = signaller or (DryRunSignaller(owned) if dry_run else PidfdSignaller(owned))
+        signaller = signaller or (DryRunSignaller(owned) if plan.dry_run else PidfdSignaller(owned))
         exits = exits or PidfdExitWaiter(owned)
     now = clock.monotonic()
+    grace = DEFAULT_GRACE if plan.grace is None else plan.grace
     core = DrainCore(
         holders,
         now=now,
         now_wall=clock.wall(),
-        deadline=deadline if deadline is not None else now + (DEFAULT_GRACE if grace is None else grace),
-        on_timeout=on_timeout,
-        dry_run=dry_run or signaller.dry_run,
-        already_signalled=already_signalled,
-        rescan_interval=rescan_interval,
-        kill_wait=kill_wait,
+        deadline=plan.deadline if plan.deadline is not None else now + grace,
+        on_timeout=plan.on_timeout,
+        dry_run=plan.dry_run or signaller.dry_run,
+        already_signalled=plan.already_signalled,
+        rescan_interval=plan.rescan_interval,
+        kill_wait=plan.kill_wait,
+        late=plan.late,
     )
-    loop = _Loop(core, scanner, signaller, exits, clock, on_intent, on_sent, on_update, deadline_source)
-    loop.on_intents, loop.on_sents = on_intents, on_sents
+    loop = _Loop(core, scanner, signaller, exits, clock, listener)
     try:
-        loop.run(core.start(), cancel, stop)
+        loop.run(core.start(loop.admits_newcomers()), cancel, stop)
     finally:
         for identity in exits.watching():
             exits.unwatch(identity)
@@ -145,26 +181,25 @@ class _Loop:
         signaller: Signaller,
         exits: ExitWaiter,
         clock: Clock,
-        on_intent: Callable[[ProcessIdentity, int], None] | None,
-        on_sent: Callable[[ProcessIdentity, int, SignalResult], None] | None,
-        on_update: Callable[[DrainRecord], None] | None,
-        deadline_source: Callable[[], float] | None = None,
+        listener: DrainListener,
     ) -> None:
         self.core, self.scanner, self.signaller, self.exits = core, scanner, signaller, exits
-        self.deadline_source = deadline_source
-        self.on_intents: Callable[[Sequence[tuple[ProcessIdentity, int]]], None] | None = None
-        self.on_sents: Callable[[Sequence[tuple[ProcessIdentity, int, SignalResult]]], None] | None = None
-        self.clock = clock
-        self.on_intent, self.on_sent, self.on_update = on_intent, on_sent, on_update
+        self.clock, self.listener = clock, listener
         self.dirty, self.published = True, float("-inf")
+
+    def admits_newcomers(self) -> bool:
+        try:
+            return self.listener.admits_newcomers()
+        except Exception as e:  # noqa: BLE001 - a failing gate holds newcomers back; it must not end the drain
+            self.note(f"admits_newcomers failed: {type(e).__name__}: {e}")
+            return False
 
     def run(self, actions: list[SendSignal], cancel: threading.Event, stop: threading.Event) -> None:
         core = self.core
         self.act(actions, cancel, stop)
         while not core.done:
-            if self.deadline_source is not None and core.move_deadline(
-                self.deadline_source(), self.clock.monotonic()
-            ):
+            deadline = self.ask(self.listener.deadline)
+            if deadline is not None and core.move_deadline(deadline, self.clock.monotonic()):
                 self.dirty = True
             if stop.is_set():
                 core.interrupt(self.clock.monotonic())
@@ -190,24 +225,25 @@ class _Loop:
             self.note(f"scan failed: {type(e).__name__}: {e}")
         seen = {h.identity for h in holders or ()}
         running = {i for i in self.core.pending() if i not in seen and self.exits.running(i)}
-        return self.core.observe_scan(holders, running, self.clock.monotonic())
+        admit = self.admits_newcomers()
+        return self.core.observe_scan(holders, running, self.clock.monotonic(), admit_new=admit)
 
     def act(self, actions: list[SendSignal], cancel: threading.Event, stop: threading.Event) -> None:
         """Send each signal (intent first, result after), then watch every pending process for its exit."""
         self.signaller.prepare(a.identity for a in actions)
-        if actions and self.on_intents is not None:
-            self.hook(self.on_intents, [(a.identity, a.signum) for a in actions])
+        if actions:
+            self.hook(
+                self.listener.before_signals, [(a.identity, a.signum) for a in actions], self.core.record
+            )
         done: list[tuple[ProcessIdentity, int, SignalResult]] = []
         for action in actions:
             if action.signum == signal.SIGKILL and (cancel.is_set() or stop.is_set()):
                 break  # the loop ends the drain as cancelled/interrupted; no SIGKILL after either
-            self.hook(self.on_intent, action.identity, action.signum)
             result = self.signaller.send(action.identity, action.signum)
-            self.hook(self.on_sent, action.identity, action.signum, result)
             done.append((action.identity, action.signum, result))
             self.core.observe_signal(action.identity, action.signum, result, self.clock.monotonic())
-        if done and self.on_sents is not None:
-            self.hook(self.on_sents, done)
+        if done:
+            self.hook(self.listener.after_signals, done, self.core.record)
         pending = set(self.core.pending())
         for identity in self.exits.watching() - pending:
             self.exits.unwatch(identity)  # released (or ended otherwise): no longer waited for
@@ -220,20 +256,25 @@ class _Loop:
         """Hand `on_update` a copy of the record: when it changed, at most every PUBLISH_INTERVAL (a copy of
         hundreds of records per exit would slow the drain), and always at the end."""
         now = self.clock.monotonic()
-        if self.on_update is None or not self.dirty:
+        if not self.dirty:
             return
         if not final and now < self.published + PUBLISH_INTERVAL:
             return
         self.dirty, self.published = False, now
-        self.hook(self.on_update, copy.deepcopy(self.core.record))
+        self.hook(self.listener.updated, copy.deepcopy(self.core.record))
 
-    def hook(self, fn: Callable[..., None] | None, *args: object) -> None:
-        if fn is None:
-            return
+    def hook(self, fn: Callable[..., None], *args: object) -> None:
         try:
             fn(*args)
         except Exception as e:  # noqa: BLE001 - a failing hook (state file, status) must not stop a drain
             self.note(f"{getattr(fn, '__name__', 'hook')} failed: {type(e).__name__}: {e}")
+
+    def ask(self, fn: Callable[[], float | None]) -> float | None:
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - as for hooks: noted, and the drain goes on
+            self.note(f"{getattr(fn, '__name__', 'listener')} failed: {type(e).__name__}: {e}")
+            return None
 
     def note(self, text: str) -> None:
         if len(self.core.record.notes) < 100:  # bounded: a hook failing on every signal must not flood it

@@ -30,9 +30,8 @@ from watchdog.core.lifecycle import (
 from watchdog.core.metadata_values import MaintenanceEvent, MaintenanceKind, Preempted, UpcomingMaintenance
 from watchdog.core.policy import Policy, source_of, trigger, upcoming_drain_due
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.daemon.drain import drain
+from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, drain
 from watchdog.daemon.view import StatusView, from_records, to_records
-from watchdog.host.holders import HolderScanner
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookContext, HookRunner
@@ -47,11 +46,45 @@ HOLDER_REFRESH = 60.0  # s between idle scans for the holders gauge; a scan walk
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
 FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
 PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a stuck disk must not stop it)
+RESCAN_INTERVAL = 1.0  # s between scans while an event is on: a drain's rescans, and the late-arrival watch
+# After a restart, events on file are confirmed by the metadata server's first answer before anyone new is
+# signalled. If it cannot be heard within this long, the event is taken as still on (the maintenance is then
+# most likely still coming) until its deadline; past its deadline, an unheard event signals nobody new.
+CONFIRM_WAIT = 10.0
 
 
 @dataclass(frozen=True)
 class DrainDone:
     record: DrainRecord | None  # None: the drain itself failed (it is started again)
+
+
+def _name(record: DrainRecord, identity: ProcessIdentity) -> str:
+    proc = record.processes.get(identity)
+    return proc.name if proc is not None else ""
+
+
+class _Listener(DrainListener):
+    """The daemon's side of a drain (called from the drain thread)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
+        self.daemon._intents(intents, record)
+
+    def after_signals(
+        self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
+    ) -> None:
+        self.daemon._sents(sent, record)
+
+    def updated(self, record: DrainRecord) -> None:
+        self.daemon.view.drain_update(record)
+
+    def deadline(self) -> float | None:
+        return self.daemon._deadline_mono
+
+    def admits_newcomers(self) -> bool:
+        return self.daemon._admit
 
 
 class Daemon:
@@ -61,7 +94,7 @@ class Daemon:
         *,
         stop: threading.Event,
         watcher_factory: Callable[[Callable[[WatchEvent], None]], MetadataWatcher],
-        scanner: HolderScanner,
+        scanner: Scanner,
         store: StateStore,
         hooks: HookRunner,
         notifier: Notifier,
@@ -69,6 +102,7 @@ class Daemon:
         clock: Clock | None = None,
         host_info: Callable[[], dict[str, str]] | None = None,
         wedge_file: str | None = None,
+        confirm_wait: float = CONFIRM_WAIT,
     ) -> None:
         self.config = config
         self.stop = stop
@@ -94,6 +128,11 @@ class Daemon:
         self._ready_sent = False
         self._next_ping = 0.0
         self._next_scan = 0.0
+        self._confirm_wait = confirm_wait
+        self._started = self.clock.monotonic()
+        self._said_unconfirmed = False
+        # Read by the drain thread; set by this one whenever the lifecycle changes, and on every tick.
+        self._admit = self._admits_newcomers()
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -128,6 +167,7 @@ class Daemon:
                 self._ready_sent = True
                 self.notifier.ready(self.view.summary())
             self._guarded(self._timers, now)
+            self._admit = self._admits_newcomers()
             self._wedge_if_asked()
         self._shutdown()
         return 0
@@ -210,10 +250,62 @@ class Daemon:
             if due is not None and self.clock.wall() >= due:
                 verdict = trigger(upcoming, self.policy, self.clock.wall())
                 self._apply(self.lifecycle.observe("upcoming-maintenance", verdict, self._wall()))
-        if self._drain_thread is None and now >= self._next_scan:
+        if self._drain_thread is None and self.lifecycle.drain is None and self.lifecycle.events:
+            self._watch_late_arrivals(now)
+        elif self._drain_thread is None and now >= self._next_scan:
             self._next_scan = now + HOLDER_REFRESH
             self.view.holders = list(self.scanner.scan().holders)
             self.metrics.device_holders.set(len(self.view.holders))
+
+    def _watch_late_arrivals(self, now: float) -> None:
+        """While drained events are on, scan as a drain does: a process that opens a device now (a job
+        supervisor restarting the job) gets its own drain, with the events' deadline. A process this
+        event already signalled is not new (one SIGTERM per process per event)."""
+        if now < self._next_scan:
+            return
+        self._next_scan = now + RESCAN_INTERVAL
+        self._admit = self._admits_newcomers()
+        if not self._admit:
+            return
+        holders = list(self.scanner.scan().holders)
+        self.view.holders = holders
+        self.metrics.device_holders.set(len(holders))
+        signalled = {s.identity for s in self.store.state.signals if s.signal == "SIGTERM"}
+        newcomers = [h for h in holders if h.identity not in signalled]
+        if not newcomers:
+            return
+        events = ", ".join(f"{e.source}={e.value}" for e in self.lifecycle.events.values())
+        log.warning(
+            "late arrival: %s opened a TPU device while %s is still on: draining it with the same deadline",
+            ", ".join(f"pid {h.pid} ({h.name})" for h in newcomers), events,
+            extra=fields("late_arrival", pids=" ".join(str(h.pid) for h in newcomers)),
+        )  # fmt: skip
+        self._apply(self.lifecycle.late_arrivals(self._wall()))
+
+    def _admits_newcomers(self) -> bool:
+        """Whether a drain may signal processes nobody signalled before: yes for an event heard in this run;
+        for one restored from the state file, only once the metadata server confirms it, or, if it cannot
+        be heard, from CONFIRM_WAIT after start until the event's deadline."""
+        life = self.lifecycle
+        served = set(life.drain.event_ids) if life.drain is not None else None
+        events = [e for e in life.events.values() if served is None or e.event_id in served]
+        if not events or any(e.confirmed for e in events):
+            return True
+        if self.clock.monotonic() - self._started < self._confirm_wait:
+            return False
+        deadline = min(e.deadline if e.deadline is not None else e.first_seen for e in events)
+        admit = self._wall() < deadline
+        if not self._said_unconfirmed:
+            self._said_unconfirmed = True
+            log.warning(
+                "the metadata server has not confirmed the event on file within %.0f s of start: %s",
+                self._confirm_wait,
+                "taking it as still on until its deadline"
+                if admit
+                else "its deadline has passed, so "
+                "nobody new is signalled (those signalled before keep their deadline)",
+            )
+        return admit
 
     # -- actions of the lifecycle --------------------------------------------------------------------
 
@@ -229,7 +321,7 @@ class Daemon:
                 )  # fmt: skip
                 self._hook("on_event_start", event.source, event.value, event.event_id)
             elif isinstance(action, StartDrain):
-                self._start_drain(action.event.source, action.deadline, resume=False)
+                self._start_drain(action.event.source, action.deadline, resume=action.late)
             elif isinstance(action, MoveDeadline):
                 self._deadline_mono = self._to_mono(action.deadline)
                 self.metrics.set_deadline(action.deadline)
@@ -248,6 +340,7 @@ class Daemon:
 
     def _changed(self) -> None:
         """Persist, then show: the state file first, so a crash right now loses nothing."""
+        self._admit = self._admits_newcomers()
         self.store.save_lifecycle(*to_records(self.lifecycle, self.config))
         self._persisted.set()
         self._report_persistence()
@@ -295,6 +388,7 @@ class Daemon:
 
     def _start_drain(self, source: str, deadline: float, resume: bool) -> None:
         self._cancel.clear()
+        self._admit = self._admits_newcomers()
         self._deadline_mono = self._to_mono(deadline)
         self.metrics.set_deadline(deadline)
         already: dict[ProcessIdentity, set[int]] = {}
@@ -317,26 +411,25 @@ class Daemon:
 
         def attempt() -> DrainRecord:
             holders = self._first_scan()
+            episode = self.lifecycle.drain
             log.warning(
                 "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
                 len(holders), source, deadline - self._wall(), self.config.on_timeout,
-                extra=fields("drain_started", event=source, state="draining"),
+                extra=fields("drain_started", event=source, state="draining", drain_id=self._drain_id(),
+                             late=bool(episode and episode.late)),
             )  # fmt: skip
-            return drain(
-                holders,
-                scanner=self.scanner,
+            plan = DrainPlan(
                 deadline=self._deadline_mono,
-                deadline_source=lambda: self._deadline_mono,
                 on_timeout="kill" if self.config.on_timeout == "kill" else "leave",
                 dry_run=self.config.dry_run,
-                cancel=self._cancel,
-                stop=self.stop,
                 already_signalled=already,
-                on_intents=self._intents,
-                on_sents=self._sents,
-                on_update=self.view.drain_update,
-                clock=self.clock,
+                rescan_interval=RESCAN_INTERVAL,
+                late=bool(episode and episode.late),
             )
+            return drain(
+                holders, plan, scanner=self.scanner, listener=_Listener(self), cancel=self._cancel,
+                stop=self.stop, clock=self.clock,
+            )  # fmt: skip
 
         self._drain_thread = threading.Thread(target=run, name="drain", daemon=True)
         self._drain_thread.start()
@@ -352,27 +445,34 @@ class Daemon:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _intents(self, intents: Sequence[tuple[ProcessIdentity, int]]) -> None:
+    def _intents(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
         """Write-ahead for a wave of signals: one write, after the drain's own state is on disk."""
         if not self._persisted.wait(timeout=PERSIST_WAIT):
             log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
-        self.store.record_intents([(i, signum, self.view.name_of(i)) for i, signum in intents])
+        self.store.record_intents([(i, signum, _name(record, i)) for i, signum in intents])
         self._report_persistence()
 
-    def _sents(self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]]) -> None:
+    def _sents(self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord) -> None:
         self.store.record_sents([(i, signum, result.value) for i, signum, result in sent])
         self._report_persistence()
         dry = "[dry run] " if self.config.dry_run else ""
+        drain_id = self._drain_id()
+        event_ids = list(self.lifecycle.drain.event_ids) if self.lifecycle.drain else []
         for identity, signum, result in sent:
             name = signal.Signals(signum).name
             if result is SignalResult.SENT and not self.config.dry_run:
                 self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
-            process = self.view.name_of(identity)
-            text = result.value
-            journal = fields("signal_sent", pid=identity.pid, process=process, signal=name, result=text)
+            process = _name(record, identity)
+            proc = record.processes.get(identity)
+            late = bool(proc and proc.late_arrival)
+            journal = fields(
+                "signal_sent", pid=identity.pid, start_time=identity.start_time, process=process, signal=name,
+                result=result.value, drain_id=drain_id, event_ids=event_ids, late=late,
+            )  # fmt: skip
             log.warning(
-                "%s%s to pid %d (%s, start time %d): %s",
-                dry, name, identity.pid, process, identity.start_time, result.value, extra=journal,
+                "%s%s to pid %d (%s, start time %d%s): %s",
+                dry, name, identity.pid, process, identity.start_time, ", late arrival" if late else "",
+                result.value, extra=journal,
             )  # fmt: skip
 
     def _drain_done(self, record: DrainRecord | None) -> None:
@@ -386,13 +486,15 @@ class Daemon:
         outcome = record.outcome or Outcome.INTERRUPTED
         if outcome is Outcome.INTERRUPTED:
             return  # the daemon is stopping: the state file keeps the drain for the next start
+        drain_id = self._drain_id()
         waiting = self.lifecycle.drain_finished(outcome.value, self._wall())
         self.metrics.drains.labels(outcome.value).inc()
         if record.ended is not None:
             self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
         log.warning(
             "%s", record.one_line(),
-            extra=fields("drain_finished", outcome=outcome.value, state=self.lifecycle.state.value),
+            extra=fields("drain_finished", outcome=outcome.value, state=self.lifecycle.state.value,
+                         drain_id=drain_id, late=record.late),
         )  # fmt: skip
         for proc in record.processes.values():
             log.info("  %s", proc.describe(record.started, record.dry_run))
@@ -415,6 +517,9 @@ class Daemon:
 
     def _wall(self) -> float:
         return self.clock.wall()
+
+    def _drain_id(self) -> str:
+        return self.lifecycle.drain.drain_id if self.lifecycle.drain is not None else ""
 
     def _to_mono(self, wall_deadline: float) -> float:
         return self.clock.monotonic() + (wall_deadline - self.clock.wall())

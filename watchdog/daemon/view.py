@@ -35,8 +35,10 @@ def to_records(life: Lifecycle, config: Config) -> tuple[list[EventRecord], Drai
     drain = None
     if life.drain is not None:
         d = life.drain
-        drain = DrainState("draining", d.started, d.deadline, d.deadline - d.started, config.on_timeout)
-        drain = dataclasses.replace(drain, event_ids=tuple(d.event_ids))
+        drain = DrainState(
+            "draining", d.started, d.deadline, d.deadline - d.started, config.on_timeout,
+            tuple(d.event_ids), d.late, d.drain_id,
+        )  # fmt: skip
     return events, drain, life.last_outcome
 
 
@@ -46,13 +48,17 @@ def from_records(state: State, default_grace: float = 300.0) -> Lifecycle:
     life = Lifecycle()
     for e in state.events:
         deadline = e.deadline if e.deadline is not None else e.first_seen + default_grace
-        life.events[e.source] = Event(e.event_id, e.source, e.value, e.first_seen, e.drained, deadline)
+        life.events[e.source] = Event(
+            e.event_id, e.source, e.value, e.first_seen, e.drained, deadline, confirmed=False
+        )
     life.last_outcome = state.last_outcome
     if state.drain is not None:
         d = state.drain
         live = {e.event_id for e in life.events.values()}
         if live.intersection(d.event_ids):
-            life.drain = Episode(list(d.event_ids), d.started_at, d.deadline_at)
+            life.drain = Episode(
+                list(d.event_ids), d.started_at, d.deadline_at, late=d.late, drain_id=d.drain_id
+            )
         else:
             life.last_outcome = "cancelled"
     return life

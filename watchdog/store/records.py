@@ -148,6 +148,8 @@ class DrainState:
     grace: float
     on_timeout: str  # kill | leave
     event_ids: tuple[str, ...] = ()
+    late: bool = False  # for late arrivals: the signals of its events' earlier drains still count
+    drain_id: str = ""  # "" in files written before drains had ids
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -157,6 +159,8 @@ class DrainState:
             "deadline_at": self.deadline_at,
             "grace": self.grace,
             "on_timeout": self.on_timeout,
+            "late": self.late,
+            "id": self.drain_id,
         }
 
     @classmethod
@@ -168,9 +172,13 @@ class DrainState:
         ids = r.data.get("event_ids", [])
         if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
             raise StateFormatError(f"{where}.event_ids: expected a list of event ids, got {ids!r:.60}")
+        late = r.data.get("late", False)
+        if not isinstance(late, bool):
+            raise StateFormatError(f"{where}.late: expected true or false, got {late!r:.60}")
+        drain_id = r.string("id", empty=True) if "id" in r.data else ""
         return cls(
             r.string("phase"), r.time("started_at"), r.time("deadline_at"), r.time("grace"), on_timeout,
-            tuple(ids),
+            tuple(ids), late, drain_id,
         )  # fmt: skip
 
 

@@ -87,11 +87,14 @@ class StateStore:
         self, events: Sequence[EventRecord], drain: DrainState | None, last_outcome: str | None
     ) -> None:
         """The daemon's events and drain as they are now. A new drain (another start time) starts with no
-        signals recorded; the signals of a finished drain stay until then, for `status`."""
+        signals recorded, except a late-arrival drain: the signals of its events' earlier drains still
+        count (one SIGTERM per process per event). The signals of a finished drain stay, for `status`."""
 
         def change(state: State) -> State:
-            new_drain = drain is not None and (
-                state.drain is None or state.drain.started_at != drain.started_at
+            new_drain = (
+                drain is not None
+                and not drain.late
+                and (state.drain is None or state.drain.started_at != drain.started_at)
             )
             signals = () if new_drain or (not events and drain is None) else state.signals
             return replace(

@@ -1,4 +1,6 @@
-"""Where the daemon's log lines go: the journal with structured fields under systemd, plain stderr otherwise.
+"""Where the daemon's log lines go: the journal with structured fields under systemd, stderr otherwise, as
+text or (`log_format = "json"`) one JSON object per line with Cloud Logging's `time`, `severity` and
+`message`, the message's `kind` and the same fields the journal gets (lower case, without the prefix).
 
 Key messages carry a stable MESSAGE_ID so an SRE can `journalctl MESSAGE_ID=...` across a fleet, and fields
 such as TPU_WATCHDOG_EVENT, TPU_WATCHDOG_STATE, TPU_WATCHDOG_OUTCOME, TPU_WATCHDOG_PID and
@@ -7,6 +9,8 @@ TPU_WATCHDOG_PROCESS. Pass them with `fields(...)` as the `extra=` of a logging 
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import os
 import sys
@@ -24,17 +28,55 @@ MESSAGE_IDS = {
     "daemon_started": "98ae34cc9a444eddb7d4c13f76fa4bdd",
     "state_not_persisted": "224f559d3b3c44c09e7f05dd57fe3272",
     "state_persisted": "b4e9931f8d6f4c079e2b383f5d1d32c8",
+    "late_arrival": "3c6f0a52d8e44f0f9b1e7d2a4c5b8e91",
 }
+PREFIX = "TPU_WATCHDOG_"
+KIND = "tpu_watchdog_kind"  # lower case: the JSON lines' `kind`, never a journal field
 
 LEVELS = ("debug", "info", "warning", "error")
 
 
 def fields(message: str | None = None, **values: object) -> dict[str, object]:
     """Journal fields for `extra=`: MESSAGE_ID from a key of MESSAGE_IDS, the rest as TPU_WATCHDOG_<NAME>."""
-    extra: dict[str, object] = {f"TPU_WATCHDOG_{name.upper()}": value for name, value in values.items()}
+    extra: dict[str, object] = {f"{PREFIX}{name.upper()}": value for name, value in values.items()}
     if message is not None:
         extra["MESSAGE_ID"] = MESSAGE_IDS[message]
+        extra[KIND] = message
     return extra
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per line: what Cloud Logging's agents parse (time, severity, message) plus `kind`
+    and the journal's fields. A value that cannot be JSON is written as its text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "time": utc_time(record.created),
+            "severity": "CRITICAL" if record.levelno >= logging.CRITICAL else record.levelname,
+            "message": record.getMessage(),
+        }
+        kind = record.__dict__.get(KIND)
+        if kind:
+            line["kind"] = kind
+        for key, value in record.__dict__.items():
+            if key.startswith(PREFIX):
+                line[key[len(PREFIX) :].lower()] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+class UtcText(logging.Formatter):
+    """`2026-12-01T13:45:01.123Z WARNING message`: UTC, with the zone said."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - stdlib name
+        return utc_time(record.created, "milliseconds")
+
+
+def utc_time(epoch: float, timespec: str = "microseconds") -> str:
+    """RFC 3339 in UTC with a Z, e.g. 2026-12-01T13:45:01.123456Z."""
+    moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def under_systemd(environ: Mapping[str, str]) -> bool:
@@ -42,7 +84,10 @@ def under_systemd(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("JOURNAL_STREAM") or environ.get("INVOCATION_ID"))
 
 
-def setup_logging(level: str = "info", environ: Mapping[str, str] | None = None) -> None:
+def setup_logging(
+    level: str = "info", environ: Mapping[str, str] | None = None, log_format: str = "text"
+) -> None:
+    """Under systemd, the journal (whatever `log_format` says: its fields are structured already)."""
     env = os.environ if environ is None else environ
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -53,7 +98,8 @@ def setup_logging(level: str = "info", environ: Mapping[str, str] | None = None)
         handler.setFormatter(logging.Formatter("%(message)s"))
     else:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"))
+        json_lines = log_format == "json"
+        handler.setFormatter(JsonLines() if json_lines else UtcText("%(asctime)s %(levelname)s %(message)s"))
     root.addHandler(handler)
     root.setLevel(level.upper())
     # urllib3 logs every retry and connection at DEBUG/WARNING; the watcher reports what matters itself.
@@ -68,7 +114,7 @@ def _journal_handler() -> logging.Handler:
     class FieldsOnly(JournalHandler):  # type: ignore[misc]
         def emit(self, record: logging.LogRecord) -> None:
             try:
-                extra = {k: v for k, v in record.__dict__.items() if k.isupper()}
+                extra = {k: _journal_value(v) for k, v in record.__dict__.items() if k.isupper()}
                 self.send(
                     self.format(record),
                     PRIORITY=format(self.map_priority(record.levelno)),
@@ -85,3 +131,8 @@ def _journal_handler() -> logging.Handler:
 
     handler: logging.Handler = FieldsOnly(SYSLOG_IDENTIFIER="tpu-watchdog")
     return handler
+
+
+def _journal_value(value: object) -> object:
+    """A list (event ids) as one space-separated field value; journald fields are flat strings."""
+    return " ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value

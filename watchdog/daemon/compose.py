@@ -1,0 +1,89 @@
+"""The composition root: the one place a `Daemon` is built from a `Config` and its edges.
+
+`tpu-watchdog run`, the demo and the tests all build through `build_daemon`, so the daemon they run is
+wired the same way. What differs between them (where the metadata server is, how fast the watches give up,
+which processes a scan may see) is a `Wiring`; everything else comes from the configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from watchdog.config.settings import Config
+from watchdog.core.clock import Clock
+from watchdog.daemon.drain import Scanner
+from watchdog.daemon.loop import CONFIRM_WAIT, Daemon
+from watchdog.host.holders import scanner_for
+from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.errors import ErrorKind
+from watchdog.metadata.transport import MetadataTransport, read_host_info, resolve_metadata_host
+from watchdog.metadata.watch import MetadataWatcher, WatchEvent, WatchTiming
+from watchdog.store.statefile import StateStore
+from watchdog.surface.hooks import HookRunner
+from watchdog.surface.metrics import Metrics
+from watchdog.surface.notify import Notifier
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What may differ from a production daemon. None: the production choice."""
+
+    metadata_host: str | None = None  # "127.0.0.1:PORT" of a fake; None: the config, GCE_METADATA_HOST, GCE
+    timeout_sec: int = 60  # the hanging GET's timeout_sec (the real server's habit)
+    timing: WatchTiming | None = None
+    backoff: Callable[[], Backoff] | None = None
+    scanner: Scanner | None = None  # None: every process of this PID namespace (`scanner_for(config)`)
+    store: StateStore | None = None  # None: the state file in config.state_dir
+    notifier: Notifier | None = None  # None: sd_notify to $NOTIFY_SOCKET, if set
+    clock: Clock | None = None
+    host_info: bool = True  # read the instance's identity from the metadata server
+    wedge_file: str | None = None  # test-only fault switch (see Daemon._wedge_if_asked)
+    confirm_wait: float = CONFIRM_WAIT
+
+
+@dataclass
+class Built:
+    """A daemon and the edges its builder must close (the transport) or may read (metrics, store)."""
+
+    daemon: Daemon
+    transport: MetadataTransport
+    metrics: Metrics
+    store: StateStore
+    metadata_host: str
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = None) -> Built:
+    """The daemon for `config`, stopped by `stop`. Raises StateDirError if the state dir is unusable."""
+    wiring = wiring or Wiring()
+    store = wiring.store or StateStore(config.state_dir)
+    host = wiring.metadata_host or resolve_metadata_host(config.metadata_host, os.environ)
+    transport = MetadataTransport(host)
+    metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
+
+    def watcher_factory(emit: Callable[[WatchEvent], None]) -> MetadataWatcher:
+        return MetadataWatcher(
+            transport, emit, stop, timeout_sec=wiring.timeout_sec, timing=wiring.timing,
+            backoff_factory=wiring.backoff or Backoff,
+        )  # fmt: skip
+
+    daemon = Daemon(
+        config,
+        stop=stop,
+        watcher_factory=watcher_factory,
+        scanner=wiring.scanner or scanner_for(config),
+        store=store,
+        hooks=HookRunner.from_config(config),
+        notifier=wiring.notifier or Notifier(),
+        metrics=metrics,
+        clock=wiring.clock,
+        host_info=(lambda: read_host_info(transport)) if wiring.host_info else None,
+        wedge_file=wiring.wedge_file,
+        confirm_wait=wiring.confirm_wait,
+    )
+    return Built(daemon, transport, metrics, store, host)
