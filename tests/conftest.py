@@ -26,3 +26,9 @@ def workloads(tmp_path: Path) -> Iterator[Workloads]:
     loads = Workloads(devices)
     yield loads
     loads.close()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    """Where a test's daemon keeps its state file (created by the daemon)."""
+    return tmp_path / "state"

@@ -23,11 +23,6 @@ DRAINS = "tpu_watchdog_drains_total"
 SIGNALS = "tpu_watchdog_signals_sent_total"
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path) -> Path:
-    return tmp_path / "state"
-
-
 def test_terminate_drains_the_holders_then_clearing_returns_to_idle(
     fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
 ) -> None:
@@ -144,9 +139,11 @@ def test_one_drain_per_event_across_a_watch_reconnect(
         harness.wait_metric(SIGNALS, 2, signal="SIGTERM")
         assert harness.metric(SIGNALS, signal="SIGTERM") == 2
         assert newcomer.alive()
+        wait_for(
+            lambda: (r := harness.daemon.view.record) is not None and r.late, what="the late drain's record"
+        )
         record = harness.daemon.view.record
         assert record is not None
-        assert record.late
         assert record.processes[newcomer.identity].late_arrival
 
 

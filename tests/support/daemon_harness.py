@@ -53,8 +53,10 @@ class DaemonHarness:
         store: StateStore | None = None,
         scanner: Any = None,
         confirm_wait: float = CONFIRM_WAIT,
+        wait_for_answers: bool = True,
         **overrides: Any,
     ) -> None:
+        self.wait_for_answers = wait_for_answers
         self.config = harness_config(state_dir, workloads, **overrides)
         self.fake = fake
         self.stop = threading.Event()
@@ -76,7 +78,8 @@ class DaemonHarness:
 
     def __enter__(self) -> DaemonHarness:
         self.thread.start()
-        wait_for(self.every_key_answered, what="the first value of every watched key (or its 404)")
+        if self.wait_for_answers:
+            wait_for(self.every_key_answered, what="the first value of every watched key (or its 404)")
         return self
 
     def every_key_answered(self) -> bool:

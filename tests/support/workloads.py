@@ -22,7 +22,8 @@ from watchdog.host.holders import HolderScanner, ScanResult
 from watchdog.host.signals import start_time
 
 # Modes: default (SIGTERM's default action), handled (saves, exits 0), slow (exits 0 ~1 s after SIGTERM),
-# ignore (SIG_IGN: needs SIGKILL), release (closes the device on SIGTERM, keeps running), gate (on SIGTERM
+# ignore (SIG_IGN: needs SIGKILL), release (closes the device on SIGTERM, keeps running; opens it again on
+# SIGUSR2: `reopen`), gate (on SIGTERM
 # says "term", exits 0 when its stdin closes), fork (handled, plus a child of its own holding the device
 # with the default action), report (says "term"/"usr1" for each signal, never exits).
 CHILD = r"""
@@ -34,6 +35,10 @@ def say(text):
 def release(*_):
     os.close(dev)
     say("released")
+def reopen(*_):
+    global dev
+    dev = os.open(device, os.O_RDONLY)
+    say("reopened")
 def gate(*_):
     say("term")
     sys.stdin.read()
@@ -46,6 +51,7 @@ elif mode == "ignore":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 elif mode == "release":
     signal.signal(signal.SIGTERM, release)
+    signal.signal(signal.SIGUSR2, reopen)
 elif mode == "gate":
     signal.signal(signal.SIGTERM, gate)
 elif mode == "report":
@@ -124,6 +130,11 @@ class Child:
 
     def alive(self) -> bool:
         return self.popen.poll() is None
+
+    def reopen(self) -> None:
+        """A release-mode child opens the device again (after it closed it on SIGTERM)."""
+        os.kill(self.popen.pid, signal.SIGUSR2)
+        self.expect("reopened")
 
     def open_gate(self) -> None:
         assert self.popen.stdin is not None

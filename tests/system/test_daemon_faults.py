@@ -32,11 +32,6 @@ IN_FLIGHT = 8.0  # the longest a faulted request still in flight can take after 
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path) -> Path:
-    return tmp_path / "state"
-
-
-@pytest.fixture
 def harness(fake: FakeMetadataServer, workloads: Workloads, state_dir: Path) -> Iterator[DaemonHarness]:
     with DaemonHarness(state_dir, fake, workloads, on_timeout="kill") as running:
         yield running

@@ -120,7 +120,9 @@ class DrainCore:
         actions: list[SendSignal] = []
         for holder in self._initial:
             if admit_new or holder.identity in self._already:
-                action = self._track(holder, now, late=self.record.late)
+                # Resuming after signals went out: anyone not signalled came after the first wave.
+                late = self.record.late or bool(self._already and holder.identity not in self._already)
+                action = self._track(holder, now, late=late)
                 actions += [action] if action is not None else []
             else:
                 self._held_back.add(holder.identity)

@@ -230,6 +230,8 @@ class _Loop:
 
     def act(self, actions: list[SendSignal], cancel: threading.Event, stop: threading.Event) -> None:
         """Send each signal (intent first, result after), then watch every pending process for its exit."""
+        if cancel.is_set():
+            actions = []  # the event went away: nobody new is signalled, and nothing is killed
         self.signaller.prepare(a.identity for a in actions)
         if actions:
             self.hook(
@@ -237,7 +239,7 @@ class _Loop:
             )
         done: list[tuple[ProcessIdentity, int, SignalResult]] = []
         for action in actions:
-            if action.signum == signal.SIGKILL and (cancel.is_set() or stop.is_set()):
+            if cancel.is_set() or (action.signum == signal.SIGKILL and stop.is_set()):
                 break  # the loop ends the drain as cancelled/interrupted; no SIGKILL after either
             result = self.signaller.send(action.identity, action.signum)
             done.append((action.identity, action.signum, result))

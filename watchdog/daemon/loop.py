@@ -289,7 +289,9 @@ class Daemon:
         life = self.lifecycle
         served = set(life.drain.event_ids) if life.drain is not None else None
         events = [e for e in life.events.values() if served is None or e.event_id in served]
-        if not events or any(e.confirmed for e in events):
+        if not events:
+            return life.drain is None  # a drain whose events have all cleared signals nobody new
+        if any(e.confirmed for e in events):
             return True
         if self.clock.monotonic() - self._started < self._confirm_wait:
             return False

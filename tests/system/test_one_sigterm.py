@@ -1,0 +1,164 @@
+"""Every process that holds a device while an event is on gets exactly one SIGTERM, and nobody gets one
+without an event: late arrivals, and restarts with an event on file whose clear the daemon did not hear.
+
+A restart is played as the crash/restart tests do: the state file is written exactly as a daemon leaves it
+when it dies (the only thing a kill -9 leaves behind), then a real daemon starts on it. Each child reports
+every SIGTERM it receives on its own pipe, so the count is taken where it matters.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.support.waiting import wait_for
+from tests.support.workloads import Child, Workloads
+from watchdog.core.process import ProcessIdentity
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.store.records import DrainState, EventRecord
+from watchdog.store.statefile import StateStore
+
+TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
+SIGNALS = "tpu_watchdog_signals_sent_total"
+GONE_JOB = ProcessIdentity(4_000_000, 1)  # the job the dead daemon signalled; long gone
+
+
+def no_sigterm_within(child: Child, seconds: float) -> None:
+    """Nothing arrives on the child's pipe for `seconds` (more than two of the daemon's 1 s rescans)."""
+    with pytest.raises(AssertionError, match="said nothing"):
+        child.expect("term", timeout=seconds)
+
+
+def crashed_mid_event(state_dir: Path, deadline: float, drained: bool) -> None:
+    """What a daemon killed mid-event leaves: the event, the drain (unless it had ended), its SIGTERM."""
+    store = StateStore(str(state_dir))
+    started = deadline - 30.0
+    event = EventRecord("maintenance-event", TERMINATE, "ev-before", started, drained, deadline)
+    drain = None if drained else DrainState("draining", started, deadline, 30.0, "kill", ("ev-before",))
+    store.save_lifecycle([event], drain, "exited" if drained else None)
+    store.record_intent(GONE_JOB, signal.SIGTERM, name="python3")
+    store.record_sent(GONE_JOB, signal.SIGTERM, "sent")
+
+
+# -- late arrivals -------------------------------------------------------------------------------------
+
+
+def test_a_job_restarted_after_the_drain_gets_its_sigterm_and_the_events_deadline(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    first = workloads.start("handled")
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=4.0) as harness:
+        fake.set(MAINTENANCE, TERMINATE)
+        harness.wait_state("drained")
+        assert first.popen.wait(timeout=10) == 0
+        deadline = harness.daemon.lifecycle.events["maintenance-event"].deadline
+        assert deadline is not None
+        late = workloads.start("report")  # a supervisor restarted the job; this one ignores SIGTERM
+        late.expect("term")
+        assert late.popen.wait(timeout=20) == -signal.SIGKILL  # killed at the same deadline
+        killed_at = time.time()
+        assert deadline <= killed_at <= deadline + 1.5, killed_at - deadline
+        harness.wait_metric("tpu_watchdog_drains_total", 1, outcome="timed_out")
+        record = harness.daemon.view.last_record
+        assert record is not None
+        assert record.late
+        assert record.processes[late.identity].late_arrival
+        assert "late arrival" in record.processes[late.identity].describe(record.started)
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 2  # one each, never a second
+
+
+def test_a_late_arrival_that_leaves_on_sigterm_ends_its_drain_and_nobody_new_after_the_clear(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    workloads.start("handled")
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        fake.set(MAINTENANCE, TERMINATE)
+        harness.wait_state("drained")
+        second = workloads.start("handled")
+        assert second.popen.wait(timeout=10) == 0  # exits 0 on its SIGTERM
+        harness.wait_metric("tpu_watchdog_drains_total", 2, outcome="exited")
+        harness.wait_state("drained")
+        fake.set(MAINTENANCE, "NONE")
+        harness.wait_state("idle")
+        after = workloads.start("report")
+        no_sigterm_within(after, 2.5)
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 2
+
+
+def test_a_process_signalled_once_is_not_signalled_again_when_it_reopens_the_device(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    releasing = workloads.start("release")  # closes the device on SIGTERM and keeps running
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=60.0) as harness:
+        fake.set(MAINTENANCE, TERMINATE)
+        releasing.expect("released")
+        harness.wait_state("drained")
+        releasing.reopen()
+        wait_for(lambda: harness.daemon.view.holders, what="the reopened device in a late-arrival scan")
+        no_sigterm_within(releasing, 2.5)  # the same process, the same event: no second SIGTERM
+        assert harness.daemon.lifecycle.drain is None
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 1
+
+
+# -- restarts: nobody new is signalled until the event is confirmed ------------------------------------
+
+
+@pytest.mark.parametrize("drained", [False, True], ids=["draining on file", "drained on file"])
+def test_a_restart_after_an_unheard_clear_signals_nobody(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, drained: bool
+) -> None:
+    crashed_mid_event(state_dir, time.time() + 30.0, drained)
+    fake.set(MAINTENANCE, "NONE")  # the event cleared while the daemon was down
+    newcomer = workloads.start("report")  # a new job opened the device meanwhile
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        harness.wait_state("idle")
+        no_sigterm_within(newcomer, 2.5)
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 0
+        assert harness.metric(SIGNALS, signal="SIGKILL") == 0
+    assert newcomer.alive()
+
+
+@pytest.mark.parametrize("drained", [False, True], ids=["draining on file", "drained on file"])
+def test_a_restart_with_the_event_still_on_signals_the_newcomer_once_it_is_confirmed(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, drained: bool
+) -> None:
+    crashed_mid_event(state_dir, time.time() + 30.0, drained)
+    fake.set(MAINTENANCE, TERMINATE)
+    newcomer = workloads.start("report")
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        newcomer.expect("term")
+        assert harness.daemon.lifecycle.events["maintenance-event"].confirmed
+        harness.wait_metric(SIGNALS, 1, signal="SIGTERM")
+        no_sigterm_within(newcomer, 2.5)  # once
+        record = harness.daemon.view.record
+        assert record is not None
+        assert record.processes[newcomer.identity].late_arrival
+
+
+def test_with_the_metadata_server_unreachable_a_restart_carries_on_until_the_deadline(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    crashed_mid_event(state_dir, time.time() + 30.0, drained=False)
+    newcomer = workloads.start("report")
+    address = fake.address
+    fake.stop()  # nothing answers: the maintenance is then most likely still coming
+    with DaemonHarness(state_dir, fake, workloads, confirm_wait=1.0, wait_for_answers=False) as harness:
+        assert harness.fake.address == address  # still pointed at the stopped server
+        newcomer.expect("term", timeout=20)  # after the bounded wait, as planned
+        assert not harness.daemon.lifecycle.events["maintenance-event"].confirmed
+
+
+def test_with_the_metadata_server_unreachable_past_the_deadline_nobody_new_is_signalled(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    crashed_mid_event(state_dir, time.time() - 1.0, drained=True)
+    newcomer = workloads.start("report")
+    fake.stop()
+    with DaemonHarness(state_dir, fake, workloads, confirm_wait=0.5, wait_for_answers=False) as harness:
+        wait_for(lambda: harness.daemon._said_unconfirmed, what="the daemon to give up waiting for metadata")
+        no_sigterm_within(newcomer, 2.5)
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 0
