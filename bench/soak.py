@@ -267,7 +267,8 @@ class Soak:
         if episode is None or episode.deadline is None:
             self.violation(f"SIGKILL of pid {holder.popen.pid} with no event deadline known")
             return
-        due = episode.deadline
+        # One that opened the device after the deadline is killed when the daemon's next scan (1 s) finds it.
+        due = max(episode.deadline, holder.born + 1.0)
         for down, up in self.downs:
             if down <= due and (up is None or due < up):
                 due = up if up is not None else holder.died

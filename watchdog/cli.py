@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Protocol
@@ -63,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         return EXIT_USAGE
     name = args[0]
+    if name == "run":
+        # A stop that arrives while the daemon is still importing is held, not fatal: `run` unblocks it
+        # once its handler is in place, and a stop during start-up is then a clean exit 0.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     module = _load(name)
     parser = argparse.ArgumentParser(prog=f"tpu-watchdog {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)

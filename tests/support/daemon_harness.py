@@ -13,7 +13,7 @@ from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.config.settings import Config, default_config
 from watchdog.daemon.compose import Wiring, build_daemon
-from watchdog.daemon.loop import CONFIRM_WAIT
+from watchdog.daemon.newcomers import CONFIRM_WAIT
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.backoff import Backoff
 from watchdog.metadata.watch import WatchMode, WatchTiming

@@ -159,6 +159,9 @@ def test_with_the_metadata_server_unreachable_past_the_deadline_nobody_new_is_si
     newcomer = workloads.start("report")
     fake.stop()
     with DaemonHarness(state_dir, fake, workloads, confirm_wait=0.5, wait_for_answers=False) as harness:
-        wait_for(lambda: harness.daemon._said_unconfirmed, what="the daemon to give up waiting for metadata")
+        wait_for(
+            lambda: harness.daemon.newcomers.gave_up_waiting,
+            what="the daemon to give up waiting for metadata",
+        )
         no_sigterm_within(newcomer, 2.5)
         assert harness.metric(SIGNALS, signal="SIGTERM") == 0

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())  # handlers only set the event; the loop does the rest
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # blocked by cli.main
     try:
         config = load_config(args, os.environ)
     except ConfigError as error:

@@ -187,6 +187,20 @@ class Lifecycle:
             return self.start_waiting(now)  # an event no drain has covered: its own first drain
         return self._start(list(self.events.values()), now, late=True)
 
+    def admits_newcomers(self, now: float, unconfirmed_until: float) -> bool:
+        """Whether a drain (or the late-arrival watch) may signal processes nobody signalled before: yes for
+        an event heard in this run; for one restored from the state file, no until `unconfirmed_until`
+        (start + the confirmation wait), then yes until its deadline (metadata unheard: the maintenance is
+        most likely still coming). A drain whose events have all cleared signals nobody new."""
+        served = set(self.drain.event_ids) if self.drain is not None else None
+        events = [e for e in self.events.values() if served is None or e.event_id in served]
+        if not events:
+            return self.drain is None
+        if any(e.confirmed for e in events):
+            return True
+        deadline = min(e.deadline if e.deadline is not None else e.first_seen for e in events)
+        return unconfirmed_until <= now < deadline
+
     def _start(self, events: list[Event], now: float, late: bool = False) -> list[Action]:
         deadline = min(e.deadline if e.deadline is not None else now for e in events)
         self.drain = Episode([e.event_id for e in events], now, deadline, late=late)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.daemon.drain import Scanner
-from watchdog.daemon.loop import CONFIRM_WAIT, Daemon
+from watchdog.daemon.loop import Daemon
+from watchdog.daemon.newcomers import CONFIRM_WAIT
 from watchdog.host.holders import scanner_for
 from watchdog.metadata.backoff import Backoff
 from watchdog.metadata.errors import ErrorKind

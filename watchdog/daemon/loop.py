@@ -13,12 +13,12 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
-from watchdog.core.drain_record import DrainRecord, Outcome, SignalResult
+from watchdog.core.drain_record import DrainRecord, Outcome
 from watchdog.core.lifecycle import (
     Action,
     CancelDrain,
@@ -27,10 +27,13 @@ from watchdog.core.lifecycle import (
     MoveDeadline,
     StartDrain,
 )
-from watchdog.core.metadata_values import MaintenanceEvent, MaintenanceKind, Preempted, UpcomingMaintenance
+from watchdog.core.metadata_values import UpcomingMaintenance
 from watchdog.core.policy import Policy, source_of, trigger, upcoming_drain_due
-from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, drain
+from watchdog.core.process import ProcessIdentity
+from watchdog.daemon.drain import Scanner
+from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
+from watchdog.daemon.reporting import Reporter
+from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
 from watchdog.daemon.view import StatusView, from_records, to_records
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
 from watchdog.store.statefile import StateStore
@@ -44,47 +47,11 @@ log = logging.getLogger("tpu-watchdog")
 LOOP_TICK = 1.0  # the loop wakes at least this often: time-based policy, watchdog pings, health
 HOLDER_REFRESH = 60.0  # s between idle scans for the holders gauge; a scan walks all fds (bench_idle)
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
-FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
-PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a stuck disk must not stop it)
-RESCAN_INTERVAL = 1.0  # s between scans while an event is on: a drain's rescans, and the late-arrival watch
-# After a restart, events on file are confirmed by the metadata server's first answer before anyone new is
-# signalled. If it cannot be heard within this long, the event is taken as still on (the maintenance is then
-# most likely still coming) until its deadline; past its deadline, an unheard event signals nobody new.
-CONFIRM_WAIT = 10.0
 
 
 @dataclass(frozen=True)
 class DrainDone:
     record: DrainRecord | None  # None: the drain itself failed (it is started again)
-
-
-def _name(record: DrainRecord, identity: ProcessIdentity) -> str:
-    proc = record.processes.get(identity)
-    return proc.name if proc is not None else ""
-
-
-class _Listener(DrainListener):
-    """The daemon's side of a drain (called from the drain thread)."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-
-    def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
-        self.daemon._intents(intents, record)
-
-    def after_signals(
-        self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
-    ) -> None:
-        self.daemon._sents(sent, record)
-
-    def updated(self, record: DrainRecord) -> None:
-        self.daemon.view.drain_update(record)
-
-    def deadline(self) -> float | None:
-        return self.daemon._deadline_mono
-
-    def admits_newcomers(self) -> bool:
-        return self.daemon._admit
 
 
 class Daemon:
@@ -117,22 +84,21 @@ class Daemon:
         self.watcher = watcher_factory(self.inbox.put)
         self.lifecycle = from_records(store.state, config.maintenance_grace)
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
+        self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
         self._host_info = host_info
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
-        self._cancel = threading.Event()
-        self._persisted = threading.Event()  # set once the current drain's state is on disk
-        self._drain_thread: threading.Thread | None = None
-        self._deadline_mono = 0.0
+        self.runner = DrainRunner(
+            config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
+            done=lambda record: self.inbox.put(DrainDone(record)), published=self.view.drain_update,
+            persistence_changed=self.reporter.persistence,
+        )  # fmt: skip
         self._answered: set[str] = set()
-        self._last_error_kind: dict[str, str] = {}
         self._ready_sent = False
         self._next_ping = 0.0
         self._next_scan = 0.0
-        self._confirm_wait = confirm_wait
-        self._started = self.clock.monotonic()
-        self._said_unconfirmed = False
-        # Read by the drain thread; set by this one whenever the lifecycle changes, and on every tick.
-        self._admit = self._admits_newcomers()
+        self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait)
+        # Set again whenever the lifecycle changes, and on each tick.
+        self.runner.admit = self.newcomers.admitted(self._wall())
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -155,7 +121,7 @@ class Daemon:
         while not self.stop.is_set():
             self.view.loop_ticked()
             try:
-                message = self.inbox.get(timeout=LOOP_TICK)
+                message = self.inbox.get(timeout=self._tick())
             except queue.Empty:
                 message = None
             if message is not None:
@@ -167,10 +133,16 @@ class Daemon:
                 self._ready_sent = True
                 self.notifier.ready(self.view.summary())
             self._guarded(self._timers, now)
-            self._admit = self._admits_newcomers()
+            self.runner.admit = self.newcomers.admitted(self._wall())
             self._wedge_if_asked()
         self._shutdown()
         return 0
+
+    def _tick(self) -> float:
+        """How long the loop may sleep: LOOP_TICK, or less when a late-arrival scan is due sooner."""
+        if self.lifecycle.events and self.lifecycle.drain is None:
+            return max(0.0, min(LOOP_TICK, self._next_scan - self.clock.monotonic()))
+        return LOOP_TICK
 
     def _guarded(self, step: Callable[..., None], *args: object) -> None:
         """One step of the loop; a bug or an unexpected error in it is logged, and the loop goes on."""
@@ -187,18 +159,7 @@ class Daemon:
         if isinstance(message, ValueChanged):
             self._value_changed(message)
         elif isinstance(message, WatchFailed):
-            kind = message.error.kind.value
-            self.metrics.metadata_errors.labels(source_of(message.key), kind).inc()
-            # One warning per change of error kind per key; the repeats (every backoff) only at debug.
-            repeat = self._last_error_kind.get(message.key) == kind
-            self._last_error_kind[message.key] = kind
-            log.log(
-                logging.DEBUG if repeat else logging.WARNING,
-                "metadata %s: %s (retrying; this is never taken as a value)",
-                message.key,
-                message.error,
-                extra=fields("metadata_error", endpoint=source_of(message.key), kind=kind),
-            )
+            self.reporter.metadata_failed(message)
         elif isinstance(message, KeyUnsupported):
             source = source_of(message.key)
             if source in self.view.values:
@@ -212,28 +173,9 @@ class Daemon:
             self._apply(self.lifecycle.observe(source, None, self._wall()))
 
     def _value_changed(self, message: ValueChanged) -> None:
-        self._last_error_kind.pop(message.key, None)
-        value = message.value
-        source = source_of(message.key)
-        if isinstance(value, MaintenanceEvent):
-            self.metrics.set_maintenance_event(value.raw)
-            if value.kind is MaintenanceKind.UNKNOWN:
-                log.warning(
-                    "maintenance-event has a value this version does not know: %r; policy: %s",
-                    value.raw,
-                    self.policy.unknown_event_action,
-                )
-        elif isinstance(value, Preempted):
-            self.metrics.preempted.set(1 if value.preempted else 0)
-        elif isinstance(value, UpcomingMaintenance):
-            notice = value.notice
-            start = notice.window_start.timestamp() if notice and notice.window_start else None
-            end = notice.window_end.timestamp() if notice and notice.window_end else None
-            self.metrics.set_window(start, end)
-        self.view.values = {**self.view.values, source: value}  # replaced whole: HTTP threads read it
-        self._apply(
-            self.lifecycle.observe(source, trigger(value, self.policy, self.clock.wall()), self._wall())
-        )
+        self.reporter.metadata_value(message.key, message.value)
+        verdict = trigger(message.value, self.policy, self.clock.wall())
+        self._apply(self.lifecycle.observe(source_of(message.key), verdict, self._wall()))
 
     def _timers(self, now: float) -> None:
         # Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time.
@@ -250,64 +192,22 @@ class Daemon:
             if due is not None and self.clock.wall() >= due:
                 verdict = trigger(upcoming, self.policy, self.clock.wall())
                 self._apply(self.lifecycle.observe("upcoming-maintenance", verdict, self._wall()))
-        if self._drain_thread is None and self.lifecycle.drain is None and self.lifecycle.events:
+        if not self.runner.running and self.lifecycle.drain is None and self.lifecycle.events:
             self._watch_late_arrivals(now)
-        elif self._drain_thread is None and now >= self._next_scan:
+        elif not self.runner.running and now >= self._next_scan:
             self._next_scan = now + HOLDER_REFRESH
             self.view.holders = list(self.scanner.scan().holders)
             self.metrics.device_holders.set(len(self.view.holders))
 
     def _watch_late_arrivals(self, now: float) -> None:
         """While drained events are on, scan as a drain does: a process that opens a device now (a job
-        supervisor restarting the job) gets its own drain, with the events' deadline. A process this
-        event already signalled is not new (one SIGTERM per process per event)."""
+        supervisor restarting the job) gets its own drain, with the events' deadline."""
         if now < self._next_scan:
             return
         self._next_scan = now + RESCAN_INTERVAL
-        self._admit = self._admits_newcomers()
-        if not self._admit:
-            return
-        holders = list(self.scanner.scan().holders)
-        self.view.holders = holders
-        self.metrics.device_holders.set(len(holders))
-        signalled = {s.identity for s in self.store.state.signals if s.signal == "SIGTERM"}
-        newcomers = [h for h in holders if h.identity not in signalled]
-        if not newcomers:
-            return
-        events = ", ".join(f"{e.source}={e.value}" for e in self.lifecycle.events.values())
-        log.warning(
-            "late arrival: %s opened a TPU device while %s is still on: draining it with the same deadline",
-            ", ".join(f"pid {h.pid} ({h.name})" for h in newcomers), events,
-            extra=fields("late_arrival", pids=" ".join(str(h.pid) for h in newcomers)),
-        )  # fmt: skip
-        self._apply(self.lifecycle.late_arrivals(self._wall()))
-
-    def _admits_newcomers(self) -> bool:
-        """Whether a drain may signal processes nobody signalled before: yes for an event heard in this run;
-        for one restored from the state file, only once the metadata server confirms it, or, if it cannot
-        be heard, from CONFIRM_WAIT after start until the event's deadline."""
-        life = self.lifecycle
-        served = set(life.drain.event_ids) if life.drain is not None else None
-        events = [e for e in life.events.values() if served is None or e.event_id in served]
-        if not events:
-            return life.drain is None  # a drain whose events have all cleared signals nobody new
-        if any(e.confirmed for e in events):
-            return True
-        if self.clock.monotonic() - self._started < self._confirm_wait:
-            return False
-        deadline = min(e.deadline if e.deadline is not None else e.first_seen for e in events)
-        admit = self._wall() < deadline
-        if not self._said_unconfirmed:
-            self._said_unconfirmed = True
-            log.warning(
-                "the metadata server has not confirmed the event on file within %.0f s of start: %s",
-                self._confirm_wait,
-                "taking it as still on until its deadline"
-                if admit
-                else "its deadline has passed, so "
-                "nobody new is signalled (those signalled before keep their deadline)",
-            )
-        return admit
+        self.runner.admit = self.newcomers.admitted(self._wall())
+        if self.runner.admit and late_arrivals(self.scanner, self.store, self.view, self.metrics):
+            self._apply(self.lifecycle.late_arrivals(self._wall()))
 
     # -- actions of the lifecycle --------------------------------------------------------------------
 
@@ -325,12 +225,12 @@ class Daemon:
             elif isinstance(action, StartDrain):
                 self._start_drain(action.event.source, action.deadline, resume=action.late)
             elif isinstance(action, MoveDeadline):
-                self._deadline_mono = self._to_mono(action.deadline)
+                self.runner.deadline_mono = self._to_mono(action.deadline)
                 self.metrics.set_deadline(action.deadline)
                 log.warning("%s moves the drain deadline earlier", action.because.source)
             elif isinstance(action, CancelDrain):
                 log.warning("cancelling the drain: %s (nothing will be SIGKILLed)", action.reason)
-                self._cancel.set()
+                self.runner.cancel.set()
             elif isinstance(action, EventCleared):
                 event = action.event
                 log.info(
@@ -342,32 +242,15 @@ class Daemon:
 
     def _changed(self) -> None:
         """Persist, then show: the state file first, so a crash right now loses nothing."""
-        self._admit = self._admits_newcomers()
+        self.runner.admit = self.newcomers.admitted(self._wall())
         self.store.save_lifecycle(*to_records(self.lifecycle, self.config))
-        self._persisted.set()
-        self._report_persistence()
+        self.runner.persisted.set()
+        self.reporter.persistence()
         state = self.lifecycle.state.value
         self.metrics.set_state(state)
         if self.lifecycle.drain is None:
             self.metrics.set_deadline(None)
         self.notifier.status(self.view.summary())
-
-    def _report_persistence(self) -> None:
-        """A state file that cannot be written is loud: metric, /status, STATUS=, and an error per change.
-        The drain goes on from memory either way (any thread may call this; each value is replaced whole)."""
-        error = self.store.write_error
-        why = None if error is None else f"{self.store.path}: {error.strerror or error}"
-        if why == self.view.state_error:
-            return
-        self.view.state_error = why
-        self.metrics.state_persisted.set(0 if why else 1)
-        if why:
-            log.error(
-                "STATE IS NOT PERSISTED (%s): draining from memory; a restart now would forget this drain",
-                why, extra=fields("state_not_persisted"),
-            )  # fmt: skip
-        else:
-            log.warning("state is persisted again: %s", self.store.path, extra=fields("state_persisted"))
 
     def _resume(self) -> None:
         """A drain the previous run did not finish goes on, with its deadline and its signals; an event
@@ -389,96 +272,29 @@ class Daemon:
         self._changed()
 
     def _start_drain(self, source: str, deadline: float, resume: bool) -> None:
-        self._cancel.clear()
-        self._admit = self._admits_newcomers()
-        self._deadline_mono = self._to_mono(deadline)
+        """Run the lifecycle's current drain. `resume` (or a late-arrival drain): the signals of this
+        event's earlier drains, on file, still count."""
+        self.runner.admit = self.newcomers.admitted(self._wall())
         self.metrics.set_deadline(deadline)
         already: dict[ProcessIdentity, set[int]] = {}
         if resume:
             for record in self.store.state.signals:
                 already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
-        # The drain thread scans while this thread writes the new state (two slow things at once); its
-        # first write-ahead intent waits until that state is on disk, so a crash in between can never
-        # leave a signal recorded for a drain the state file does not know.
-        self._persisted = threading.Event()
-
-        def run() -> None:
-            record: DrainRecord | None = None
-            try:
-                record = attempt()
-            except Exception:  # reported to the loop, which starts the drain again
-                log.exception("the drain failed; starting it again with the same deadline")
-            finally:
-                self.inbox.put(DrainDone(record))
-
-        def attempt() -> DrainRecord:
-            holders = self._first_scan()
-            episode = self.lifecycle.drain
-            log.warning(
-                "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
-                len(holders), source, deadline - self._wall(), self.config.on_timeout,
-                extra=fields("drain_started", event=source, state="draining", drain_id=self._drain_id(),
-                             late=bool(episode and episode.late)),
-            )  # fmt: skip
-            plan = DrainPlan(
-                deadline=self._deadline_mono,
-                on_timeout="kill" if self.config.on_timeout == "kill" else "leave",
-                dry_run=self.config.dry_run,
-                already_signalled=already,
-                rescan_interval=RESCAN_INTERVAL,
-                late=bool(episode and episode.late),
+        episode = self.lifecycle.drain
+        self.runner.start(
+            DrainOrder(
+                source,
+                self._to_mono(deadline),
+                deadline,
+                episode.drain_id if episode else "",
+                tuple(episode.event_ids) if episode else (),
+                bool(episode and episode.late),
+                already,
             )
-            return drain(
-                holders, plan, scanner=self.scanner, listener=_Listener(self), cancel=self._cancel,
-                stop=self.stop, clock=self.clock,
-            )  # fmt: skip
-
-        self._drain_thread = threading.Thread(target=run, name="drain", daemon=True)
-        self._drain_thread.start()
-
-    def _first_scan(self) -> tuple[Holder, ...]:
-        """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""
-        for attempt in range(FIRST_SCAN_TRIES):
-            try:
-                return tuple(self.scanner.scan().holders)
-            except Exception:  # logged; tried again, then the drain attempt fails
-                log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
-                if attempt + 1 == FIRST_SCAN_TRIES or self.stop.wait(0.2):
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _intents(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
-        """Write-ahead for a wave of signals: one write, after the drain's own state is on disk."""
-        if not self._persisted.wait(timeout=PERSIST_WAIT):
-            log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
-        self.store.record_intents([(i, signum, _name(record, i)) for i, signum in intents])
-        self._report_persistence()
-
-    def _sents(self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord) -> None:
-        self.store.record_sents([(i, signum, result.value) for i, signum, result in sent])
-        self._report_persistence()
-        dry = "[dry run] " if self.config.dry_run else ""
-        drain_id = self._drain_id()
-        event_ids = list(self.lifecycle.drain.event_ids) if self.lifecycle.drain else []
-        for identity, signum, result in sent:
-            name = signal.Signals(signum).name
-            if result is SignalResult.SENT and not self.config.dry_run:
-                self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
-            process = _name(record, identity)
-            proc = record.processes.get(identity)
-            late = bool(proc and proc.late_arrival)
-            journal = fields(
-                "signal_sent", pid=identity.pid, start_time=identity.start_time, process=process, signal=name,
-                result=result.value, drain_id=drain_id, event_ids=event_ids, late=late,
-            )  # fmt: skip
-            log.warning(
-                "%s%s to pid %d (%s, start time %d%s): %s",
-                dry, name, identity.pid, process, identity.start_time, ", late arrival" if late else "",
-                result.value, extra=journal,
-            )  # fmt: skip
+        )
 
     def _drain_done(self, record: DrainRecord | None) -> None:
-        self._drain_thread = None
+        self.runner.finished()
         self._next_scan = 0.0  # refresh the holders gauge now, not in HOLDER_REFRESH s
         if record is None:
             if self.lifecycle.drain is not None and not self.stop.is_set():
@@ -549,10 +365,9 @@ class Daemon:
 
     def _shutdown(self) -> None:
         self.notifier.stopping(
-            "stopping: state saved" + (", drain resumes on start" if self._drain_thread else "")
+            "stopping: state saved" + (", drain resumes on start" if self.runner.running else "")
         )
-        if self._drain_thread is not None:
-            self._drain_thread.join(timeout=1.5)
+        self.runner.join(timeout=1.5)
         self.watcher.join(timeout=1.0)
         self.hooks.close(0.5)
         log.info("tpu-watchdog stopped (state %s)", self.lifecycle.state.value)

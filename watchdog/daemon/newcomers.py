@@ -1,0 +1,69 @@
+"""Who may be signalled that nobody signalled before: late arrivals while an event is on, and the wait for a
+restored event to be confirmed after a restart. The loop thread asks; the drain thread reads the answer.
+
+After a restart, events on file are confirmed by the metadata server's first answer before anyone new is
+signalled. If it cannot be heard within CONFIRM_WAIT, the event is taken as still on (the maintenance is
+then most likely still coming) until its deadline; past its deadline, an unheard event signals nobody new.
+Processes signalled before the restart keep their deadline and their SIGKILL either way.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from watchdog.core.lifecycle import Lifecycle
+from watchdog.core.process import Holder
+from watchdog.daemon.drain import Scanner
+from watchdog.daemon.view import StatusView
+from watchdog.store.statefile import StateStore
+from watchdog.surface.logs import fields
+from watchdog.surface.metrics import Metrics
+
+log = logging.getLogger("tpu-watchdog")
+
+CONFIRM_WAIT = 10.0  # s after start that an unconfirmed event on file signals nobody new
+
+
+class Newcomers:
+    def __init__(self, lifecycle: Lifecycle, started_wall: float, confirm_wait: float = CONFIRM_WAIT) -> None:
+        self.lifecycle = lifecycle
+        self.confirm_wait = confirm_wait
+        self.unconfirmed_until = started_wall + confirm_wait
+        self._said = False
+
+    def admitted(self, now: float) -> bool:
+        """The lifecycle's verdict (`Lifecycle.admits_newcomers`), said once when the metadata server has
+        not confirmed the event on file within the confirmation wait."""
+        life = self.lifecycle
+        admit = life.admits_newcomers(now, self.unconfirmed_until)
+        unconfirmed = life.events and not any(e.confirmed for e in life.events.values())
+        if unconfirmed and now >= self.unconfirmed_until and not self._said:
+            self._said = True
+            log.warning(
+                "the metadata server has not confirmed the event on file within %.0f s of start: %s",
+                self.confirm_wait,
+                "taking it as still on until its deadline" if admit else "its deadline has passed, so "
+                "nobody new is signalled (those signalled before keep their deadline)",
+            )  # fmt: skip
+        return admit
+
+    @property
+    def gave_up_waiting(self) -> bool:
+        return self._said
+
+
+def late_arrivals(scanner: Scanner, store: StateStore, view: StatusView, metrics: Metrics) -> list[Holder]:
+    """Scan while drained events are on, as a drain does: who holds a device now that this event has not
+    signalled (one SIGTERM per process per event). Refreshes the holders gauge and /status on the way."""
+    holders = list(scanner.scan().holders)
+    view.holders = holders
+    metrics.device_holders.set(len(holders))
+    signalled = {s.identity for s in store.state.signals if s.signal == "SIGTERM"}
+    newcomers = [h for h in holders if h.identity not in signalled]
+    if newcomers:
+        log.warning(
+            "late arrival: %s opened a TPU device while the event is still on: draining it with the same "
+            "deadline", ", ".join(f"pid {h.pid} ({h.name})" for h in newcomers),
+            extra=fields("late_arrival", pids=" ".join(str(h.pid) for h in newcomers)),
+        )  # fmt: skip
+    return newcomers

@@ -1,0 +1,83 @@
+"""What the daemon says about its inputs and its state file: metrics, /status fields and log lines, each
+said once per change rather than once per retry. Called from the loop (and, for the state file, from the
+drain thread too): every value is replaced whole, never mutated, so HTTP threads read old or new."""
+
+from __future__ import annotations
+
+import logging
+
+from watchdog.core.metadata_values import (
+    MaintenanceEvent,
+    MaintenanceKind,
+    Preempted,
+    UpcomingMaintenance,
+    WatchedValue,
+)
+from watchdog.core.policy import source_of
+from watchdog.daemon.view import StatusView
+from watchdog.metadata.watch import WatchFailed
+from watchdog.store.statefile import StateStore
+from watchdog.surface.logs import fields
+from watchdog.surface.metrics import Metrics
+
+log = logging.getLogger("tpu-watchdog")
+
+
+class Reporter:
+    def __init__(
+        self, metrics: Metrics, view: StatusView, store: StateStore, unknown_event_action: str
+    ) -> None:
+        self.metrics, self.view, self.store = metrics, view, store
+        self.unknown_event_action = unknown_event_action
+        self._last_error_kind: dict[str, str] = {}
+
+    def metadata_failed(self, message: WatchFailed) -> None:
+        """Counted every time; a warning per change of error kind per key, the repeats only at debug."""
+        kind = message.error.kind.value
+        self.metrics.metadata_errors.labels(source_of(message.key), kind).inc()
+        repeat = self._last_error_kind.get(message.key) == kind
+        self._last_error_kind[message.key] = kind
+        log.log(
+            logging.DEBUG if repeat else logging.WARNING,
+            "metadata %s: %s (retrying; this is never taken as a value)",
+            message.key,
+            message.error,
+            extra=fields("metadata_error", endpoint=source_of(message.key), kind=kind),
+        )
+
+    def metadata_value(self, key: str, value: WatchedValue) -> None:
+        """A good answer: its metrics, and the value in /status."""
+        self._last_error_kind.pop(key, None)
+        if isinstance(value, MaintenanceEvent):
+            self.metrics.set_maintenance_event(value.raw)
+            if value.kind is MaintenanceKind.UNKNOWN:
+                log.warning(
+                    "maintenance-event has a value this version does not know: %r; policy: %s",
+                    value.raw,
+                    self.unknown_event_action,
+                )
+        elif isinstance(value, Preempted):
+            self.metrics.preempted.set(1 if value.preempted else 0)
+        elif isinstance(value, UpcomingMaintenance):
+            notice = value.notice
+            start = notice.window_start.timestamp() if notice and notice.window_start else None
+            end = notice.window_end.timestamp() if notice and notice.window_end else None
+            self.metrics.set_window(start, end)
+        self.view.values = {**self.view.values, source_of(key): value}
+
+    def persistence(self) -> None:
+        """A state file that cannot be written is loud: metric, /status, STATUS=, and an error per change.
+        The drain goes on from memory either way (any thread may call this)."""
+        error = self.store.write_error
+        why = None if error is None else f"{self.store.path}: {error.strerror or error}"
+        if why == self.view.state_error:
+            return
+        self.view.state_error = why
+        self.metrics.state_persisted.set(0 if why else 1)
+        if why:
+            log.error(
+                "STATE IS NOT PERSISTED (%s): draining from memory; a restart now would forget this drain",
+                why, extra=fields("state_not_persisted"),
+            )  # fmt: skip
+        else:
+            log.warning("state is persisted again: %s", self.store.path, extra=fields("state_persisted"))

@@ -1,0 +1,180 @@
+"""The daemon's drains, one at a time, each in a thread of its own: the drain's side of the daemon.
+
+The loop thread decides (the lifecycle); this runs what it decided and reports back through `done`. It is
+the drain's `DrainListener`: each wave of signals is written ahead to the state file, after the drain's own
+state is on disk, and each signal is logged with the process, the drain and the events it serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from watchdog.config.settings import Config
+from watchdog.core.clock import Clock
+from watchdog.core.drain_record import DrainRecord, SignalResult
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, drain
+from watchdog.store.statefile import StateStore
+from watchdog.surface.logs import fields
+from watchdog.surface.metrics import Metrics
+
+log = logging.getLogger("tpu-watchdog")
+
+RESCAN_INTERVAL = 1.0  # s between scans while an event is on: a drain's rescans, and the late-arrival watch
+FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
+PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a stuck disk must not stop it)
+
+
+@dataclass(frozen=True)
+class DrainOrder:
+    """One drain to run: for what (log wording), until when, who was signalled before, how it is known."""
+
+    source: str
+    deadline: float  # monotonic seconds of the daemon's clock
+    wall_deadline: float
+    drain_id: str
+    event_ids: tuple[str, ...]
+    late: bool
+    already_signalled: Mapping[ProcessIdentity, Collection[int]]
+
+
+class DrainRunner(DrainListener):
+    """Starts drains and carries their listener's calls. `deadline` and `admit` are set by the loop
+    thread and read by the drain thread: each is replaced whole, never mutated."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        scanner: Scanner,
+        store: StateStore,
+        metrics: Metrics,
+        clock: Clock,
+        stop: threading.Event,
+        done: Callable[[DrainRecord | None], None],
+        published: Callable[[DrainRecord], None],
+        persistence_changed: Callable[[], None],
+    ) -> None:
+        self.config, self.scanner, self.store, self.metrics = config, scanner, store, metrics
+        self.clock, self.stop = clock, stop
+        self._done, self._published, self._persistence_changed = done, published, persistence_changed
+        self.cancel = threading.Event()
+        self.persisted = threading.Event()  # set once the current drain's own state is on disk
+        self.thread: threading.Thread | None = None
+        self.deadline_mono = 0.0
+        self.admit = True
+        self._order: DrainOrder | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.thread is not None
+
+    def start(self, order: DrainOrder) -> None:
+        """Run `order` in a new thread; `done(record)` when it ends (`done(None)`: the attempt failed)."""
+        self.cancel.clear()
+        self.deadline_mono = order.deadline
+        self._order = order
+        # The drain thread scans while the loop writes the new state (two slow things at once); its first
+        # write-ahead waits until that state is on disk, so a crash in between can never leave a signal
+        # recorded for a drain the state file does not know.
+        self.persisted = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(order,), name="drain", daemon=True)
+        self.thread.start()
+
+    def finished(self) -> None:
+        """The loop has taken the drain's result."""
+        self.thread = None
+
+    def join(self, timeout: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout=timeout)
+
+    def _run(self, order: DrainOrder) -> None:
+        record: DrainRecord | None = None
+        try:
+            holders = self._first_scan()
+            log.warning(
+                "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
+                len(holders), order.source, order.wall_deadline - self.clock.wall(), self.config.on_timeout,
+                extra=fields("drain_started", event=order.source, state="draining", drain_id=order.drain_id,
+                             late=order.late),
+            )  # fmt: skip
+            plan = DrainPlan(
+                deadline=order.deadline,
+                on_timeout="kill" if self.config.on_timeout == "kill" else "leave",
+                dry_run=self.config.dry_run,
+                already_signalled=order.already_signalled,
+                rescan_interval=RESCAN_INTERVAL,
+                late=order.late,
+            )
+            record = drain(
+                holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
+                clock=self.clock,
+            )  # fmt: skip
+        except Exception:  # reported to the loop, which starts the drain again
+            log.exception("the drain failed; starting it again with the same deadline")
+        finally:
+            self._done(record)
+
+    def _first_scan(self) -> tuple[Holder, ...]:
+        """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""
+        for attempt in range(FIRST_SCAN_TRIES):
+            try:
+                return tuple(self.scanner.scan().holders)
+            except Exception:  # logged; tried again, then the drain attempt fails
+                log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
+                if attempt + 1 == FIRST_SCAN_TRIES or self.stop.wait(0.2):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- the drain's listener (called in the drain thread) ------------------------------------------------
+
+    def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
+        """Write-ahead for a wave of signals: one write, after the drain's own state is on disk."""
+        if not self.persisted.wait(timeout=PERSIST_WAIT):
+            log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
+        self.store.record_intents([(i, signum, _name(record, i)) for i, signum in intents])
+        self._persistence_changed()
+
+    def after_signals(
+        self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
+    ) -> None:
+        self.store.record_sents([(i, signum, result.value) for i, signum, result in sent])
+        self._persistence_changed()
+        order = self._order
+        drain_id, event_ids = (order.drain_id, list(order.event_ids)) if order else ("", [])
+        dry = "[dry run] " if self.config.dry_run else ""
+        for identity, signum, result in sent:
+            name = signal.Signals(signum).name
+            if result is SignalResult.SENT and not self.config.dry_run:
+                self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
+            process = _name(record, identity)
+            proc = record.processes.get(identity)
+            late = bool(proc and proc.late_arrival)
+            journal = fields(
+                "signal_sent", pid=identity.pid, start_time=identity.start_time, process=process, signal=name,
+                result=result.value, drain_id=drain_id, event_ids=event_ids, late=late,
+            )  # fmt: skip
+            log.warning(
+                "%s%s to pid %d (%s, start time %d%s): %s",
+                dry, name, identity.pid, process, identity.start_time, ", late arrival" if late else "",
+                result.value, extra=journal,
+            )  # fmt: skip
+
+    def updated(self, record: DrainRecord) -> None:
+        self._published(record)
+
+    def deadline(self) -> float | None:
+        return self.deadline_mono
+
+    def admits_newcomers(self) -> bool:
+        return self.admit
+
+
+def _name(record: DrainRecord, identity: ProcessIdentity) -> str:
+    proc = record.processes.get(identity)
+    return proc.name if proc is not None else ""
