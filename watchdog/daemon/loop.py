@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord, Outcome, SignalResult
@@ -28,7 +29,7 @@ from watchdog.core.lifecycle import (
     StartDrain,
 )
 from watchdog.core.metadata_values import MaintenanceEvent, MaintenanceKind, Preempted, UpcomingMaintenance
-from watchdog.core.policy import Policy, source_of, trigger, upcoming_drain_due
+from watchdog.core.policy import source_of, trigger, upcoming_drain_due
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.daemon.drain import drain
 from watchdog.daemon.view import StatusView, from_records, to_records
@@ -73,7 +74,7 @@ class Daemon:
         self.config = config
         self.stop = stop
         self.clock = clock or SystemClock()
-        self.policy = Policy.from_config(config)
+        self.policy = policy_from_config(config)
         self.scanner = scanner
         self.store = store
         self.hooks = hooks
