@@ -17,8 +17,10 @@ from watchdog.config.settings import (
     as_dict,
     default_config,
     load_config,
+    load_config_or_exit,
 )
 from watchdog.config.values import Address
+from watchdog.exitcodes import EXIT_CONFIG
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -274,3 +276,9 @@ def test_the_example_file_parses_and_holds_the_defaults() -> None:
     commented_out = {"metadata.host", "hooks.on_event_start", "hooks.on_drain_end", "hooks.on_event_clear"}
     from_file = {key for key, source in config.sources.items() if source.kind == "file"}
     assert from_file == {s.key for s in SETTINGS} - commented_out  # every other key is in the example
+
+
+def test_load_config_or_exit_says_why_and_exits_78(capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_config_or_exit(parse("--grace", "-3"), {}) == EXIT_CONFIG
+    assert capsys.readouterr().err.startswith("tpu-watchdog: configuration error: flag --grace: ")
+    assert isinstance(load_config_or_exit(parse("--grace", "3"), {}), Config)

@@ -1,7 +1,7 @@
 """The daemon's configuration: defaults < TOML file < `TPU_WATCHDOG_*` environment < command-line flags.
 
 Every value keeps where it came from (for `tpu-watchdog config`), and every bad value stops start-up with a
-`ConfigError` naming the file, variable or flag, the key, and what is allowed (the caller exits 78).
+`ConfigError` naming the file, variable or flag, the key, and what is allowed (`load_config_or_exit`: 78).
 Pure apart from reading the file, and stat-ing who could change the hooks when there are any (hooks run as
 root: `_refuse_untrusted_hooks`, by the rule in `trust`). The settings themselves are listed once, in
 `schema`.
@@ -22,6 +22,7 @@ from typing import Any, Literal
 from watchdog.config import values as v
 from watchdog.config.schema import BY_ENV, BY_KEY, ENV_PREFIX, SECTIONS, SETTINGS, Setting
 from watchdog.config.trust import refusal
+from watchdog.exitcodes import EXIT_CONFIG
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -328,6 +329,15 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
         config_file=path if document is not None else None,
         sources=types.MappingProxyType(sources),
     )
+
+
+def load_config_or_exit(args: argparse.Namespace, environ: Mapping[str, str]) -> Config | int:
+    """`load_config`, or EXIT_CONFIG with the reason on stderr: how every command that reads it starts."""
+    try:
+        return load_config(args, environ)
+    except ConfigError as error:
+        sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
+        return EXIT_CONFIG
 
 
 def as_dict(config: Config) -> dict[str, dict[str, object]]:
