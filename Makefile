@@ -42,6 +42,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: setup
 	$(BIN)/mypy

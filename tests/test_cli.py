@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from watchdog import __version__
-from watchdog.cli import EXIT_USAGE, main
+from watchdog.cli import main
+from watchdog.exitcodes import EXIT_USAGE
 
 
 def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:

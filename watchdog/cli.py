@@ -1,7 +1,6 @@
 """Entry point of `tpu-watchdog`: finds the sub-command and imports only its module.
 
-Exit statuses follow sysexits where they mean something to systemd: 2 is a usage error,
-78 (EX_CONFIG) a bad configuration, so the unit's RestartPreventExitStatus stops a restart loop.
+Every exit status it or a command returns is defined in `watchdog.exitcodes`.
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from watchdog import __version__
-
-EXIT_USAGE = 2
-EXIT_CONFIG = 78
+from watchdog.exitcodes import EXIT_INTERRUPTED, EXIT_USAGE
 
 # name -> (module under watchdog.commands, one-line help). Order is the order of `--help`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,4 +72,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return module.run(parsed)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

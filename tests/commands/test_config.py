@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from watchdog.cli import EXIT_CONFIG
+from watchdog.exitcodes import EXIT_CONFIG
 
 
 def run_config(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from watchdog.cli import EXIT_USAGE, main
+from watchdog.cli import main
+from watchdog.exitcodes import EXIT_USAGE
 from watchdog.fake.server import FakeMetadataServer
 
 FLAVOR = {"Metadata-Flavor": "Google"}

@@ -126,11 +126,11 @@ import os, signal, sys
 from watchdog import cli
 from watchdog.commands import run as command
 
-load = command.load_config
+load = command.load_config_or_exit
 def load_then_stop(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # systemctl stop, while the daemon is still starting
     return load(*args, **kwargs)
-command.load_config = load_then_stop
+command.load_config_or_exit = load_then_stop
 sys.exit(cli.main(sys.argv[1:]))
 """
 

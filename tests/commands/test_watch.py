@@ -15,6 +15,7 @@ import pytest
 
 from watchdog.commands import watch as command
 from watchdog.core.metadata_values import Preempted
+from watchdog.exitcodes import EXIT_USAGE
 from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.metadata.errors import ErrorKind, MetadataError
 from watchdog.metadata.watch import KeyUnsupported, ValueChanged, WatchFailed
@@ -43,7 +44,7 @@ def test_printer_writes_whole_lines() -> None:
 @pytest.mark.parametrize(("host", "timeout"), [("http://x/", 60), ("127.0.0.1:1", 0)])
 def test_bad_arguments_are_a_usage_error(host: str, timeout: int, capsys: pytest.CaptureFixture[str]) -> None:
     args = argparse.Namespace(metadata_host=host, timeout_sec=timeout)
-    assert command.run(args) == command.EXIT_USAGE
+    assert command.run(args) == EXIT_USAGE
     assert "tpu-watchdog watch:" in capsys.readouterr().err
 
 

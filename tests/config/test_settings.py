@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from watchdog.config import settings as config_module
 from watchdog.config.schema import SETTINGS
 from watchdog.config.settings import (
     Config,
@@ -22,8 +17,10 @@ from watchdog.config.settings import (
     as_dict,
     default_config,
     load_config,
+    load_config_or_exit,
 )
 from watchdog.config.values import Address
+from watchdog.exitcodes import EXIT_CONFIG
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -36,12 +33,6 @@ def write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "config.toml"
     path.write_text(text)
     return str(path)
-
-
-@pytest.fixture(autouse=True)
-def no_default_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The machine's own /etc file must not leak into the tests."""
-    monkeypatch.setattr(config_module, "DEFAULT_CONFIG_PATH", str(tmp_path / "absent" / "config.toml"))
 
 
 def test_defaults_when_the_default_file_is_missing() -> None:
@@ -287,132 +278,7 @@ def test_the_example_file_parses_and_holds_the_defaults() -> None:
     assert from_file == {s.key for s in SETTINGS} - commented_out  # every other key is in the example
 
 
-# -- hooks run as root: who could have chosen them ---------------------------------------------------------
-
-HOOKED = '[hooks]\non_event_start = ["/bin/true"]\n'
-
-
-def hooked_file(tmp_path: Path, text: str = HOOKED) -> Path:
-    """A config file in a directory of its own, both root's and 0755/0644 (tmp_path itself is 0700)."""
-    directory = tmp_path / "etc"
-    directory.mkdir(mode=0o755)
-    path = directory / "config.toml"
-    path.write_text(text)
-    path.chmod(0o644)
-    return path
-
-
-def refused(path: Path, environ: dict[str, str] | None = None) -> str:
-    with pytest.raises(ConfigError) as raised:
-        load_config(parse("--config", str(path)), environ or {})
-    return str(raised.value)
-
-
-def test_a_root_owned_hooks_file_is_trusted(tmp_path: Path) -> None:
-    assert load_config(parse("--config", str(hooked_file(tmp_path))), {}).hook_on_event_start == (
-        "/bin/true",
-    )
-
-
-@pytest.mark.parametrize(
-    ("mode", "owner", "expected"),
-    [
-        (0o664, 0, ["group-writable", "chmod go-w"]),
-        (0o646, 0, ["other-writable", "chmod go-w"]),
-        (0o666, 0, ["group- and other-writable"]),
-        (0o644, 1000, ["owned by uid 1000", "chown root"]),
-        (0o664, 1000, ["owned by uid 1000 and group-writable", "chown root", "&& chmod go-w"]),
-    ],
-)
-def test_a_hooks_file_others_can_write_is_refused(
-    tmp_path: Path, mode: int, owner: int, expected: list[str]
-) -> None:
-    path = hooked_file(tmp_path)
-    path.chmod(mode)
-    os.chown(path, owner, -1)
-    message = refused(path)
-    assert message.startswith(f"{path}: hooks.on_event_start: refused: hooks run as root, and {path} is ")
-    for fragment in expected:
-        assert fragment in message
-    assert f" {path})" in message  # the fix names the path
-
-
-@pytest.mark.parametrize(
-    ("mode", "owner", "expected"), [(0o775, 0, "group-writable"), (0o755, 1000, "uid 1000")]
-)
-def test_a_hooks_file_in_a_directory_others_can_write_is_refused(
-    tmp_path: Path, mode: int, owner: int, expected: str
-) -> None:
-    path = hooked_file(tmp_path)
-    path.parent.chmod(mode)
-    os.chown(path.parent, owner, -1)
-    message = refused(path)
-    assert f"{path.parent} is " in message
-    assert expected in message
-
-
-def test_a_symlinked_hooks_file_is_judged_where_it_really_is(tmp_path: Path) -> None:
-    real = hooked_file(tmp_path)
-    real.parent.chmod(0o777)  # the unsafe directory under test
-    trusted = tmp_path / "trusted"
-    trusted.mkdir(mode=0o755)
-    (trusted / "config.toml").symlink_to(real)
-    assert f"{real.parent} is group- and other-writable" in refused(trusted / "config.toml")
-
-
-def test_a_file_without_hooks_is_never_refused_for_its_permissions(tmp_path: Path) -> None:
-    path = hooked_file(tmp_path, "[hooks]\ntimeout = 5\non_drain_end = []\n")
-    path.chmod(0o666)  # writable by all, and harmless: it names no command
-    path.parent.chmod(0o777)
-    os.chown(path, 1000, -1)
-    assert load_config(parse("--config", str(path)), {}).hook_timeout == 5
-
-
-@pytest.mark.parametrize(
-    ("mode", "owner", "expected"),
-    [
-        (0o775, 0, "group-writable (fix: chmod go-w"),
-        (0o757, 0, "other-writable"),
-        (0o755, 1000, "owned by uid 1000 (fix: chown root"),
-        (None, 0, "does not exist (install it, or correct the path)"),
-    ],
-)
-def test_a_hook_executable_others_can_replace_is_refused(
-    tmp_path: Path, mode: int | None, owner: int, expected: str
-) -> None:
-    tool = tmp_path / "notify me"
-    if mode is not None:
-        tool.write_text("#!/bin/sh\n")
-        tool.chmod(mode)
-        os.chown(tool, owner, -1)
-    path = hooked_file(tmp_path, f"[hooks]\non_drain_end = [{json.dumps(str(tool))}, '--page']\n")
-    message = refused(path)
-    assert message.startswith(f"{path}: hooks.on_drain_end: refused: the hook runs as root, and {tool}")
-    assert expected in message
-    assert "'" + str(tmp_path) in message or mode is None  # the fix quotes a path with a space
-
-
-def test_a_hook_executable_from_the_environment_is_checked_too(tmp_path: Path) -> None:
-    tool = tmp_path / "hook"
-    tool.write_text("#!/bin/sh\n")
-    tool.chmod(0o777)  # the unsafe executable under test
-    with pytest.raises(ConfigError) as raised:
-        load_config(parse(), {"TPU_WATCHDOG_HOOKS_ON_EVENT_CLEAR": str(tool)})
-    expected = "environment TPU_WATCHDOG_HOOKS_ON_EVENT_CLEAR: hooks.on_event_clear: refused"
-    assert str(raised.value).startswith(expected)
-    tool.chmod(0o755)
-    config = load_config(parse(), {"TPU_WATCHDOG_HOOKS_ON_EVENT_CLEAR": f"{tool} --x"})
-    assert config.hook_on_event_clear == (str(tool), "--x")
-
-
-def test_untrusted_hooks_file_exits_78_from_the_cli(tmp_path: Path) -> None:
-    path = hooked_file(tmp_path)
-    path.chmod(0o664)
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "tpu-watchdog"), "run", "--config", str(path)],
-        capture_output=True, text=True, timeout=60, check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("TPU_WATCHDOG_")},
-    )  # fmt: skip
-    assert done.returncode == 78, done.stderr
-    assert f"{path} is group-writable (fix: chmod go-w {path})" in done.stderr
-    assert "Traceback" not in done.stderr
+def test_load_config_or_exit_says_why_and_exits_78(capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_config_or_exit(parse("--grace", "-3"), {}) == EXIT_CONFIG
+    assert capsys.readouterr().err.startswith("tpu-watchdog: configuration error: flag --grace: ")
+    assert isinstance(load_config_or_exit(parse("--grace", "3"), {}), Config)

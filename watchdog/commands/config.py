@@ -11,18 +11,17 @@ import json
 import os
 import sys
 
-from watchdog.cli import EXIT_CONFIG
 from watchdog.config import values as config_values
 from watchdog.config.schema import SETTINGS
 from watchdog.config.settings import (
     DEFAULT_CONFIG_PATH,
     Config,
-    ConfigError,
     add_config_arguments,
     as_dict,
     environment_help,
-    load_config,
+    load_config_or_exit,
 )
+from watchdog.exitcodes import EXIT_OK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,14 +52,12 @@ def _plain(value: object) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args, os.environ)
-    except ConfigError as error:
-        sys.stderr.write(f"tpu-watchdog: bad configuration: {error}\n")
-        return EXIT_CONFIG
+    config = load_config_or_exit(args, os.environ)
+    if isinstance(config, int):
+        return config
     if args.json:
         document = {"config_file": config.config_file, "settings": as_dict(config)}
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
         sys.stdout.write(_text(config))
-    return 0
+    return EXIT_OK

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from watchdog.exitcodes import EXIT_DEMO_FAILED, EXIT_OK
 from watchdog.host.holders import HolderScanner, ScanResult
 
 MAINTENANCE = "instance/maintenance-event"
@@ -187,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
             f"{'done' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s: the job exited {code} with "
             f"{'a checkpoint saved on SIGTERM' if on_sigterm else 'NO checkpoint saved on SIGTERM'}"
         )
-        return 0 if ok else 1
+        return EXIT_OK if ok else EXIT_DEMO_FAILED
     finally:
         stop.set()
         if trainer is not None and trainer.poll() is None:

@@ -18,12 +18,9 @@ import sys
 import threading
 import time
 
-from watchdog.cli import EXIT_CONFIG
-from watchdog.config.settings import ConfigError, add_config_arguments, load_config
+from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.core.drain_record import DrainRecord, End, ProcessRecord
-
-EXIT_LOST = 1
-EXIT_NO_HOLDERS = 3
+from watchdog.exitcodes import EXIT_LOST, EXIT_NOTHING_TO_DRILL, EXIT_OK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,11 +54,9 @@ def verdict(proc: ProcessRecord, started: float, dry_run: bool) -> tuple[bool, s
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args, os.environ)
-    except ConfigError as error:
-        sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
-        return EXIT_CONFIG
+    config = load_config_or_exit(args, os.environ)
+    if isinstance(config, int):
+        return config
     from watchdog.daemon.drain import DrainListener, DrainPlan, drain
     from watchdog.host.holders import scanner_for
 
@@ -70,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     holders = scanner.scan().holders
     if not holders:
         out.write(f"nothing holds a TPU device ({' '.join(config.devices)}): nothing to rehearse\n")
-        return EXIT_NO_HOLDERS
+        return EXIT_NOTHING_TO_DRILL
     grace = config.maintenance_grace
     out.write(
         f"drill: {'[dry run] ' if config.dry_run else ''}SIGTERM to {len(holders)} process(es) now, "
@@ -120,4 +115,4 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"  {'ok  ' if kept else 'LOST'} {sentence}\n")
     if record.outcome is not None and record.outcome.value == "cancelled":
         out.write("the drill was cancelled: nothing was SIGKILLed\n")
-    return 0 if kept_all else EXIT_LOST
+    return EXIT_OK if kept_all else EXIT_LOST

@@ -14,13 +14,12 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TextIO
 
+from watchdog.exitcodes import EXIT_CANNOT_LISTEN, EXIT_OK, EXIT_USAGE
 from watchdog.fake.listen import DEFAULT_LISTEN, check_listen, parse_listen
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.fake.store import MetadataStore
 from watchdog.fake.timeline import Assignment, Step, TimelineError, parse_assignment, parse_steps
 
-EXIT_USAGE = 2
-EXIT_CANNOT_LISTEN = 1
 PROG = "tpu-watchdog fake-metadata"
 
 EPILOG = """\
@@ -107,7 +106,7 @@ def serve(
     finally:
         fake.stop()
     err.write("fake metadata server stopped\n")
-    return 0
+    return EXIT_OK
 
 
 def play(

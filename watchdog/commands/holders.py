@@ -13,11 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from watchdog.core.process import Holder
+from watchdog.exitcodes import EXIT_NO_HOLDERS, EXIT_OK, EXIT_USAGE
 from watchdog.host.holders import DEFAULT_PATTERNS, HolderScanner, ScanResult
 
-EXIT_HOLDERS = 0
-EXIT_NO_HOLDERS = 1
-EXIT_USAGE = 2
 COLUMNS = ("COMMAND", "PID", "USER", "FD-DEVICES", "CGROUP")
 
 
@@ -118,4 +116,4 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NO_HOLDERS
     if result.unreadable:
         sys.stderr.write(f"note: {result.unreadable} processes could not be read (run as root to see them)\n")
-    return EXIT_HOLDERS
+    return EXIT_OK

@@ -12,14 +12,11 @@ import argparse
 import logging
 import os
 import signal
-import sys
 import threading
 
-from watchdog.cli import EXIT_CONFIG
-from watchdog.config.settings import ConfigError, add_config_arguments, environment_help, load_config
+from watchdog.config.settings import add_config_arguments, environment_help, load_config_or_exit
+from watchdog.exitcodes import EXIT_CANNOT_LISTEN, EXIT_CANTCREAT, EXIT_LOCKED, EXIT_OK
 
-EXIT_CANTCREAT = 73
-EXIT_LOCKED = 75  # EX_TEMPFAIL: another daemon holds the state directory
 LOCK_WAIT = 30.0  # s a second instance waits for the first to stop (systemd and k8s stop it within 15 s)
 
 log = logging.getLogger("tpu-watchdog")
@@ -44,11 +41,9 @@ def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())  # handlers only set the event; the loop does the rest
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # blocked by cli.main
-    try:
-        config = load_config(args, os.environ)
-    except ConfigError as error:
-        sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
-        return EXIT_CONFIG
+    config = load_config_or_exit(args, os.environ)
+    if isinstance(config, int):
+        return config
 
     from watchdog.surface.logs import setup_logging
 
@@ -72,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     except StateDirBusyError as error:
         if stop.is_set():
             log.info("tpu-watchdog stopped while waiting for the state directory")
-            return 0
+            return EXIT_OK
         log.error("refusing to start: %s", error.strerror)
         return EXIT_LOCKED
     except StateDirError as error:
@@ -85,12 +80,12 @@ def run(args: argparse.Namespace) -> int:
         log.error(
             "cannot listen on %s: %s (set --listen or listen = in the config file)", config.listen, error
         )
-        return 1
+        return EXIT_CANNOT_LISTEN
     if stop.is_set():  # asked to stop while starting: nothing was started yet, the state file is as it was
         http.stop()
         transport.close()
         log.info("tpu-watchdog stopped during start-up")
-        return 0
+        return EXIT_OK
     http.start()
     log.info(
         "metadata server %s; HTTP on http://%s (/metrics /livez /healthz /readyz /status)", host, http.address

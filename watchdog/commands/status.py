@@ -15,9 +15,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from watchdog.config.settings import ConfigError, add_config_arguments, load_config
-
-EXIT_FROM_STATE_FILE = 3
+from watchdog.config.settings import add_config_arguments, load_config_or_exit
+from watchdog.exitcodes import EXIT_FROM_STATE_FILE, EXIT_NO_ANSWER, EXIT_OK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,21 +77,19 @@ def render(status: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args, os.environ)
-    except ConfigError as error:
-        sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
-        return 78
+    config = load_config_or_exit(args, os.environ)
+    if isinstance(config, int):
+        return config
     try:
         status = fetch(str(config.listen))
-        code = 0
+        code = EXIT_OK
     except (OSError, urllib.error.URLError, ValueError) as error:
         sys.stderr.write(f"the daemon does not answer on {config.listen} ({error}); reading its state file\n")
         try:
             saved = from_state_file(config.state_dir)
         except (OSError, ValueError) as file_error:
             sys.stderr.write(f"no usable state file in {config.state_dir} either: {file_error}\n")
-            return 1
+            return EXIT_NO_ANSWER
         status = {
             "state": "unknown (daemon not answering)",
             "events": saved.get("events", []),

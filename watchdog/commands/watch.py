@@ -17,10 +17,9 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TextIO
 
+from watchdog.exitcodes import EXIT_OK, EXIT_USAGE
 from watchdog.metadata.transport import MetadataTransport, resolve_metadata_host
 from watchdog.metadata.watch import MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
-
-EXIT_USAGE = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,4 +94,4 @@ def run(args: argparse.Namespace) -> int:
         watcher.start()
         stop.wait()  # a signal handler runs during the wait and sets it
         watcher.join(timeout=5.0)
-    return 0
+    return EXIT_OK

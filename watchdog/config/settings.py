@@ -1,9 +1,10 @@
 """The daemon's configuration: defaults < TOML file < `TPU_WATCHDOG_*` environment < command-line flags.
 
 Every value keeps where it came from (for `tpu-watchdog config`), and every bad value stops start-up with a
-`ConfigError` naming the file, variable or flag, the key, and what is allowed (the caller exits 78).
+`ConfigError` naming the file, variable or flag, the key, and what is allowed (`load_config_or_exit`: 78).
 Pure apart from reading the file, and stat-ing who could change the hooks when there are any (hooks run as
-root: `_refuse_untrusted_hooks`). The settings themselves are listed once, in `config_schema`.
+root: `_refuse_untrusted_hooks`, by the rule in `trust`). The settings themselves are listed once, in
+`schema`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any, Literal
 
 from watchdog.config import values as v
 from watchdog.config.schema import BY_ENV, BY_KEY, ENV_PREFIX, SECTIONS, SETTINGS, Setting
+from watchdog.config.trust import refusal
+from watchdog.exitcodes import EXIT_CONFIG
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -266,7 +269,7 @@ def _refuse_untrusted_hooks(
     if file_hooks:
         real = os.path.realpath(path)
         for where in dict.fromkeys([real, os.path.dirname(os.path.abspath(path)), os.path.dirname(real)]):
-            because = _untrusted(where)
+            because = refusal(where)
             if because:
                 raise ConfigError(
                     f"{path}: {', '.join(file_hooks)}: refused: hooks run as {user}, and {because}"
@@ -274,24 +277,11 @@ def _refuse_untrusted_hooks(
     for setting in _HOOKS:
         argv = values[setting.attr]
         if argv and argv[0].startswith("/"):
-            because = _untrusted(argv[0])
+            because = refusal(argv[0])
             if because:
                 source = sources[setting.key]
                 origin = source.where if source.kind == "file" else f"environment {source.where}"
                 raise ConfigError(f"{origin}: {setting.key}: refused: the hook runs as {user}, and {because}")
-
-
-def _untrusted(path: str) -> str | None:
-    from watchdog.surface.hooks import (
-        untrusted_because,  # only when there are hooks: `config` starts without it
-    )
-
-    try:
-        return untrusted_because(path)
-    except FileNotFoundError:
-        return f"{path} does not exist (install it, or correct the path)"
-    except OSError as error:
-        return f"{path} cannot be checked ({error.strerror})"
 
 
 def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
@@ -342,6 +332,15 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
         config_file=path if document is not None else None,
         sources=types.MappingProxyType(sources),
     )
+
+
+def load_config_or_exit(args: argparse.Namespace, environ: Mapping[str, str]) -> Config | int:
+    """`load_config`, or EXIT_CONFIG with the reason on stderr: how every command that reads it starts."""
+    try:
+        return load_config(args, environ)
+    except ConfigError as error:
+        sys.stderr.write(f"tpu-watchdog: configuration error: {error}\n")
+        return EXIT_CONFIG
 
 
 def as_dict(config: Config) -> dict[str, dict[str, object]]:

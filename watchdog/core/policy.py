@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from watchdog.config.settings import Config
 from watchdog.core.lifecycle import Trigger
 from watchdog.core.metadata_values import (
     MaintenanceEvent,
@@ -38,17 +37,6 @@ class Policy:
     unknown_event_action: str = "drain"
     drain_before_window: float | None = None
     drain_when_ongoing: bool = False
-
-    @classmethod
-    def from_config(cls, config: Config) -> Policy:
-        return cls(
-            maintenance_grace=config.maintenance_grace,
-            preemption_grace=config.preemption_grace,
-            migrate_action=config.migrate_action,
-            unknown_event_action=config.unknown_event_action,
-            drain_before_window=config.drain_before_window,
-            drain_when_ongoing=config.drain_when_ongoing,
-        )
 
 
 def source_of(key: str) -> str:

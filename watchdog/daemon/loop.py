@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord, Outcome
@@ -28,7 +29,7 @@ from watchdog.core.lifecycle import (
     StartDrain,
 )
 from watchdog.core.metadata_values import UpcomingMaintenance
-from watchdog.core.policy import Policy, source_of, trigger, upcoming_drain_due
+from watchdog.core.policy import source_of, trigger, upcoming_drain_due
 from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
@@ -74,7 +75,7 @@ class Daemon:
         self.config = config
         self.stop = stop
         self.clock = clock or SystemClock()
-        self.policy = Policy.from_config(config)
+        self.policy = policy_from_config(config)
         self.scanner = scanner
         self.store = store
         self.hooks = hooks

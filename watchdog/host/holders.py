@@ -19,7 +19,7 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.host.procfs import KTHREADD_PID, ProcessGoneError, ProcessUnreadableError, Procfs
@@ -59,8 +59,21 @@ class DeviceSet:
         return (st.st_dev, st.st_ino) in self.inodes
 
 
-if TYPE_CHECKING:  # typing only: `holders` must start without the configuration's imports
-    from watchdog.config.settings import Config
+class ScanSettings(Protocol):
+    """What `scanner_for` reads. The configuration (`Config`) has these: named here so that host/ need not
+    import the configuration (and `holders` starts without it)."""
+
+    @property
+    def devices(self) -> Iterable[str]: ...
+    @property
+    def extra_paths(self) -> Iterable[str]: ...
+    @property
+    def exclude_pids(self) -> Iterable[int]: ...
+    @property
+    def exclude_names(self) -> Iterable[str]: ...
+    @property
+    def exclude_uids(self) -> Iterable[int]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +300,7 @@ class HolderScanner:
         )
 
 
-def scanner_for(config: Config) -> HolderScanner:
+def scanner_for(config: ScanSettings) -> HolderScanner:
     """The scanner the configuration describes (devices, extra paths, excludes): daemon and drill."""
     return HolderScanner(
         patterns=config.devices,

@@ -5,8 +5,8 @@ Each hook runs without a shell (argv list), stdin from /dev/null, in its own pro
 kills everything it started), with its output captured up to a bound and logged. A missing executable, a
 non-zero exit or a timeout is logged, never raised.
 
-Hooks run as the daemon's user, root: `untrusted_because` is the rule the configuration loader applies to
-the file that names them and to their executables, so nobody else can choose what runs.
+Hooks run as the daemon's user, root: the configuration loader refuses hooks that anyone else could have
+chosen (config/trust.py), before they get here.
 """
 
 from __future__ import annotations
@@ -17,18 +17,13 @@ import logging
 import os
 import queue
 import selectors
-import shlex
 import signal
-import stat
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from watchdog.config.settings import Config
+from typing import Protocol
 
 HOOK_NAMES = ("on_event_start", "on_drain_end", "on_event_clear")
 OUTPUT_LIMIT = 16 * 1024  # bytes of a hook's output kept for the log; the rest is read and dropped
@@ -83,22 +78,18 @@ class HookResult:
     error: str = ""
 
 
-def untrusted_because(path: str, st: os.stat_result | None = None, euid: int | None = None) -> str | None:
-    """Why `path` must not decide what a daemon running as `euid` runs, with the fix; None when only root
-    or `euid` itself can change it. `st` is os.stat(path) unless given (OSError if it cannot be read)."""
-    st = os.stat(path) if st is None else st
-    euid = os.geteuid() if euid is None else euid
-    wrong, fixes = [], []
-    if st.st_uid not in (0, euid):
-        wrong.append(f"owned by uid {st.st_uid}")
-        fixes.append(f"chown {'root' if euid == 0 else euid} {shlex.quote(path)}")
-    writers = [who for who, bit in (("group", stat.S_IWGRP), ("other", stat.S_IWOTH)) if st.st_mode & bit]
-    if writers:
-        wrong.append("- and ".join(writers) + "-writable")
-        fixes.append(f"chmod go-w {shlex.quote(path)}")
-    if not wrong:
-        return None
-    return f"{path} is {' and '.join(wrong)} (fix: {' && '.join(fixes)})"
+class HookSettings(Protocol):
+    """What `HookRunner.from_config` reads. The configuration (`Config`) has these: named here so that the
+    hooks need not import the configuration."""
+
+    @property
+    def hook_on_event_start(self) -> Sequence[str] | None: ...
+    @property
+    def hook_on_drain_end(self) -> Sequence[str] | None: ...
+    @property
+    def hook_on_event_clear(self) -> Sequence[str] | None: ...
+    @property
+    def hook_timeout(self) -> float: ...
 
 
 class HookRun:
@@ -163,7 +154,7 @@ class HookRunner:
         self._dispatcher: threading.Thread | None = None
 
     @classmethod
-    def from_config(cls, config: Config) -> HookRunner:
+    def from_config(cls, config: HookSettings) -> HookRunner:
         commands = {
             "on_event_start": config.hook_on_event_start,
             "on_drain_end": config.hook_on_drain_end,

@@ -1,0 +1,22 @@
+"""Every exit status of `tpu-watchdog`, each defined once: systemd, scripts and the man page depend on them.
+
+Where a status means something outside the program it follows sysexits(3): 78 (EX_CONFIG) is a bad
+configuration, so the unit's RestartPreventExitStatus stops a restart loop on it, and 73 (EX_CANTCREAT) an
+unusable state directory. 2 is argparse's own status for a bad command line. The small numbers say what a
+command found, for scripts to test; their meaning is per command.
+"""
+
+EXIT_OK = 0
+EXIT_CANNOT_LISTEN = 1  # run, fake-metadata: the listen address cannot be bound
+EXIT_USAGE = 2  # a bad command line
+EXIT_CANTCREAT = 73  # run: the state directory is unusable
+EXIT_LOCKED = 75  # run (EX_TEMPFAIL): another daemon holds the state directory; systemd's Restart= retries
+EXIT_CONFIG = 78  # a bad configuration
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
+
+EXIT_NO_HOLDERS = 1  # holders: nothing holds a TPU device (like grep finding nothing)
+EXIT_LOST = 1  # drill: at least one holder would have lost its checkpoint
+EXIT_NOTHING_TO_DRILL = 3  # drill: nothing holds a TPU device, so nothing was rehearsed
+EXIT_NO_ANSWER = 1  # status: neither the daemon nor its state file could be read
+EXIT_FROM_STATE_FILE = 3  # status: the daemon did not answer; this is what its state file says
+EXIT_DEMO_FAILED = 1  # demo: the sample job did not exit cleanly with a checkpoint saved on SIGTERM
