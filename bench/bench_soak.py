@@ -42,6 +42,7 @@ def table(result: dict[str, Any]) -> str:
     violations = result["violations"]
     busy = f"CPU {result['cpu_busy_percent']:.0f} % busy"
     after = result["jobs_after_clear_signalled"]
+    killed, bare = result["sigkills_seen"], result["killed_without_sigterm"]
     late, seen, signalled = (
         result[k] for k in ("late_arrivals", "late_arrivals_seen", "late_arrivals_signalled")
     )
@@ -50,7 +51,7 @@ def table(result: dict[str, Any]) -> str:
         ("load", f"a busy process per core ({busy})" if result["load"] else f"none ({busy})"),
         ("events (preemption or maintenance)", result["events"]),
         ("SIGTERMs received by holders", result["sigterms"]),
-        ("SIGKILLs observed (deadline reached)", result["sigkills_seen"]),
+        ("SIGKILLs observed (deadline reached) / of them with no SIGTERM first", f"{killed} / {bare}"),
         ("largest SIGKILL distance from its due time", f"{max(kills):.2f} s" if kills else "none"),
         ("metadata faults injected", result["faults"]),
         ("kill -9 of the daemon / graceful restarts", f"{result['crashes']} / {result['graceful_restarts']}"),

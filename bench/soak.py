@@ -207,6 +207,7 @@ class Soak(World):
         verdict = check(self.facts)
         counts, result = verdict.counts, self.result
         result.sigterms, result.sigkills_seen = counts["sigterms"], counts["sigkills"]
+        result.killed_without_sigterm = counts["killed_without_sigterm"]
         result.late_arrivals_seen, result.late_arrivals_signalled = (
             counts["late_arrivals"],
             counts["late_arrivals_signalled"],

@@ -234,6 +234,7 @@ class _Checker:
         episode = self.attribute(f"SIGKILL of {name}", died, sender)
         if episode is None:
             return
+        self.verdict.counts["killed_without_sigterm"] += not self.terms.get((holder.serial, episode.index))
         deadline, due = episode.deadline, self.kill_due(episode)
         if deadline is None or due is None:
             self.flag(died, f"SIGKILL of {name} in the {self.describe(episode)}, with no deadline known")

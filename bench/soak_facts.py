@@ -202,6 +202,7 @@ class Result:
     events: int = 0
     sigterms: int = 0
     sigkills_seen: int = 0
+    killed_without_sigterm: int = 0  # SIGKILLed with no SIGTERM received for that event (came just before)
     faults: int = 0
     crashes: int = 0
     graceful_restarts: int = 0
