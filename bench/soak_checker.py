@@ -61,9 +61,10 @@ class _Checker:
         ]
         self.terms: dict[tuple[int, int], list[float]] = {}  # (holder serial, episode index) -> receipts
         self.sent: dict[tuple[object, object], list[LogLine]] = {}  # (pid, signal) -> the daemons' lines
+        self.dues: dict[int, float | None] = {}  # episode index -> when its SIGKILLs are due
         for instance in facts.instances:
             for line in instance.lines:
-                if line.kind == "signal_sent":
+                if line.kind == "signal_sent" and line.get("result") in ("sent", None):
                     self.sent.setdefault((line.get("pid"), line.get("signal")), []).append(line)
 
     def run(self) -> Verdict:
@@ -253,6 +254,11 @@ class _Checker:
 
     def kill_due(self, episode: Episode) -> float | None:
         """The deadline if a daemon knew of the event then; else the first moment one did afterwards."""
+        if episode.index not in self.dues:
+            self.dues[episode.index] = self._kill_due(episode)
+        return self.dues[episode.index]
+
+    def _kill_due(self, episode: Episode) -> float | None:
         deadline = episode.deadline
         if deadline is None:
             return None

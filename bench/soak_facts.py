@@ -158,6 +158,9 @@ def _json_line(raw: str, instance: int) -> LogLine | None:
         return None
     kind = data.get("kind")
     rest = {k: v for k, v in data.items() if k not in ("time", "kind", "message")}
+    for key in ("pid", "start_time"):  # joined with the holders' integers
+        if isinstance(rest.get(key), str) and str(rest[key]).isdigit():
+            rest[key] = int(str(rest[key]))
     return LogLine(at, kind if isinstance(kind, str) else None, str(data.get("message", "")), rest, instance)
 
 
