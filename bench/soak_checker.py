@@ -3,9 +3,10 @@ and the driver's timeline of events (bench/soak_facts.py), joined by PID (and st
 
 Rules (each breach is a `Violation`, printed with the timeline around it):
 - every SIGTERM a holder receives is one a daemon's log names (nothing else on the machine signals it), comes
-  during an event (or within CLEAR_SLACK of its clear, which the daemon may not have heard yet), from a
-  daemon that was running when the event cleared (a daemon started after the clear must wait for a fresh
-  metadata answer), to a process holding the device; at most one per process per event;
+  during an event (or within CLEAR_SLACK of its clear, or later while the sender's log shows it has not
+  heard of the clear yet), from a daemon that was running when the event cleared (a daemon started after
+  the clear must wait for a fresh metadata answer), to a process holding the device; at most one per
+  process per event;
 - every process that holds the device for REACT s while an event is on and a daemon knows it (its log says
   so) gets its SIGTERM, a late arrival (opened after the drain's first signals) too; only a crash that left
   the SIGTERM as an unconfirmed write-ahead intent excuses it;
@@ -32,6 +33,7 @@ REACT = 2.5  # s a holder may hold the device, with an event on and known, befor
 MATCH = 5.0  # most s between a signal's daemon log line and its receipt
 CONTEXT = 5.0  # +- s of timeline printed around a violation
 BELIEF_STARTS = ("event_started", "drain_started", "state_recovered", "signal_sent")
+HEARD = BELIEF_STARTS[:3]  # what shows the daemon knows of an event, the signals it sends aside
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,19 @@ class _Checker:
                       "signalled without a fresh metadata answer")  # fmt: skip
             self.verdict.counts["signals_after_clear_while_down"] += 1
             return None
-        if episode is None or (cleared is not None and at > cleared + CLEAR_SLACK):
+        if episode is None or (
+            cleared is not None and at > cleared + CLEAR_SLACK and not self.unheard(sender, at)
+        ):
             self.flag(at, f"{what} outside any event")
             return None
         return episode
+
+    def unheard(self, sender: Instance | None, at: float) -> bool:
+        """The sender's log shows it still knew of the event when it sent (at most 1 s before `at`): it had
+        not heard of the clear yet (faults can hide it for long), so the signal is no daemon bug."""
+        if sender is None:
+            return False
+        return any(s <= at and e >= at - 1.0 for s, e in _beliefs(sender, self.facts.end, HEARD))
 
     # -- SIGTERM ---------------------------------------------------------------------------------------
 
@@ -322,19 +333,21 @@ def _name(holder: HolderFacts) -> str:
     return f"pid {holder.pid} (holder #{holder.serial}, {holder.mode})"
 
 
-def _beliefs(instance: Instance, end: float) -> list[tuple[float, float]]:
+def _beliefs(
+    instance: Instance, end: float, starts: tuple[str, ...] = BELIEF_STARTS
+) -> list[tuple[float, float]]:
     """When this daemon knew an event was on, from its own log: an event started, a drain started or
     resumed, a signal sent; until it logged the clear, or died. Text-format times are to the second, so a
     window opens at the end of its second and closes at the start of it."""
     windows: list[tuple[float, float]] = []
     active: set[str] = set()
     since = 0.0
-    for line in instance.lines:
+    for line in sorted(instance.lines, key=lambda x: x.at):
         before = bool(active)
         event = str(line.get("event") or "*")
         if line.kind == "event_started":
             active.add(event)
-        elif line.kind in BELIEF_STARTS and not active:
+        elif line.kind in starts and not active:
             active.add("*")
         elif line.kind == "event_cleared":
             active -= {event, "*"} if event != "*" else set(active)

@@ -98,6 +98,15 @@ def test_a_sigterm_outside_any_event_is_reported() -> None:
     only(check(facts), "SIGTERM to pid 13", "outside any event")
 
 
+def test_a_sigterm_long_after_a_clear_the_daemon_had_not_heard_of_is_no_violation() -> None:
+    """Faults hid the clear from the daemon until t+26: a SIGTERM at t+25 is late news, not a daemon bug."""
+    facts = clean()
+    facts.instances[0].lines[-1] = line(26.0, "event_cleared", event="preempted")
+    facts.holders.append(holder(3, 13, "report", 20.0, terms=[T0 + 25.0]))
+    facts.instances[0].lines.append(sent(24.99, 13, "SIGTERM"))
+    assert texts(check(facts)) == []
+
+
 def test_a_sigterm_no_daemon_logged_is_a_signal_from_elsewhere() -> None:
     facts = clean()
     facts.holders.append(holder(3, 13, "report", 11.0, terms=[T0 + 11.5]))
