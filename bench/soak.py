@@ -34,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench.soak_checker import REACT, check, timeline
-from bench.soak_facts import Episode, Result, facts_json, parse_daemon_log
+from bench.soak_facts import Episode, Result, facts_json, load_facts, parse_daemon_log
 from bench.soak_procs import BUSY
 from bench.soak_world import World
 
@@ -228,6 +228,16 @@ def _cpu_times() -> tuple[int, int]:
     return sum(values) - values[3] - values[4], sum(values)
 
 
+def recheck(evidence: Path) -> int:
+    """The checker again over a run's facts.json: each violation with its timeline."""
+    facts = load_facts((evidence / "facts.json").read_text())
+    verdict = check(facts)
+    for v in verdict.violations:
+        sys.stdout.write("\n".join([f"VIOLATION {v.text}", *timeline(facts, v.at)]) + "\n\n")
+    sys.stdout.write(f"{len(verdict.violations)} violation(s); {dict(verdict.counts)}\n")
+    return 1 if verdict.violations else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_S", "600")))
@@ -236,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the result as JSON here (default: stdout)")
     keep = "keep the logs and facts here (default: a new directory, kept only when something was violated)"
     parser.add_argument("--evidence", help=keep)
+    parser.add_argument("--recheck", metavar="EVIDENCE", help="judge a run's kept facts again, and exit")
     args = parser.parse_args(argv)
+    if args.recheck:
+        return recheck(Path(args.recheck))
     if os.getpid() != 1:  # not yet in a PID namespace of our own: re-execute inside one
         unshare = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
         given = sys.argv[1:] if argv is None else argv

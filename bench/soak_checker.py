@@ -276,7 +276,9 @@ class _Checker:
         for instance in self.facts.instances:
             if instance.ended is not None and instance.ended <= deadline:
                 continue
-            knows = [max(s, deadline) for s, e, i in self.beliefs if i == instance.index and e > deadline]
+            knows = [
+                max(s, deadline) for s, e in _beliefs(instance, self.facts.end, early=True) if e > deadline
+            ]
             if not knows:
                 continue
             moment = min(knows)
@@ -334,11 +336,12 @@ def _name(holder: HolderFacts) -> str:
 
 
 def _beliefs(
-    instance: Instance, end: float, starts: tuple[str, ...] = BELIEF_STARTS
+    instance: Instance, end: float, starts: tuple[str, ...] = BELIEF_STARTS, early: bool = False
 ) -> list[tuple[float, float]]:
     """When this daemon knew an event was on, from its own log: an event started, a drain started or
     resumed, a signal sent; until it logged the clear, or died. Text-format times are to the second, so a
-    window opens at the end of its second and closes at the start of it."""
+    window opens at the end of its second (`early`: at its start, the soonest it may have known) and
+    closes at the start of it."""
     windows: list[tuple[float, float]] = []
     active: set[str] = set()
     since = 0.0
@@ -352,7 +355,7 @@ def _beliefs(
         elif line.kind == "event_cleared":
             active -= {event, "*"} if event != "*" else set(active)
         if active and not before:
-            since = line.at + line.resolution
+            since = line.at + (0.0 if early else line.resolution)
         elif before and not active and line.at > since:
             windows.append((since, line.at))
     stop = instance.ended if instance.ended is not None else end

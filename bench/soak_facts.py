@@ -112,6 +112,21 @@ def facts_json(facts: Facts) -> str:
     return json.dumps(data, default=str, indent=1)
 
 
+def load_facts(text: str) -> Facts:
+    """`facts_json`'s output back (to judge a run's evidence again)."""
+    data = json.loads(text)
+    facts = Facts(data["t0"], data["end"], final_state=data["final_state"], final_clean=data["final_clean"])
+    facts.actions, facts.leftovers = [(t, a) for t, a in data["actions"]], data["leftovers"]
+    facts.intents = {(pid, start): confirmed for pid, start, confirmed in data["intents"]}
+    for e in data["episodes"]:
+        facts.episodes.append(Episode(**{**e, "deadlines": [(seen, at) for seen, at in e["deadlines"]]}))
+    for i in data["instances"]:
+        lines = [LogLine(**line) for line in i["lines"]]
+        facts.instances.append(Instance(**{**i, "log_path": Path(i["log_path"]), "lines": lines}))
+    facts.holders = [HolderFacts(**h) for h in data["holders"]]
+    return facts
+
+
 # -- the holders' log: "SERIAL PID WHAT TIME [START_TIME]" per line ---------------------------------------
 
 

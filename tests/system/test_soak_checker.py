@@ -16,6 +16,8 @@ from bench.soak_facts import (
     HolderFacts,
     Instance,
     LogLine,
+    facts_json,
+    load_facts,
     parse_daemon_log,
     read_holder_lines,
 )
@@ -285,3 +287,12 @@ def test_the_holder_log_parser_applies_each_line_to_its_holder() -> None:
     )
     assert (one.opened, one.start_time, one.terms, one.released) == (T0 + 1.5, 777, [T0 + 2.0], T0 + 2.1)
     assert one.stopped_holding == T0 + 2.1
+
+
+def test_kept_facts_are_judged_the_same_when_read_back() -> None:
+    facts = clean()
+    facts.holders.append(holder(3, 13, "handled", 11.0))
+    facts.intents[(12, 512)] = True
+    again = load_facts(facts_json(facts))
+    assert again == facts
+    assert texts(check(again)) == texts(check(facts))
