@@ -33,8 +33,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.soak_checker import REACT, check, timeline
-from bench.soak_facts import Episode, Result, facts_json, load_facts, parse_daemon_log
+from bench.soak_checker import REACT, check
+from bench.soak_facts import Episode, Result, facts_json, load_facts, parse_daemon_log, timeline
 from bench.soak_procs import BUSY
 from bench.soak_world import World
 

@@ -31,7 +31,6 @@ CLEAR_SLACK = 6.0  # s after a clear in which a signal may still go out (faults 
 KILL_TOLERANCE = 1.0  # the issue's +-1 s
 REACT = 2.5  # s a holder may hold the device, with an event on and known, before its SIGTERM is owed
 MATCH = 5.0  # most s between a signal's daemon log line and its receipt
-CONTEXT = 5.0  # +- s of timeline printed around a violation
 BELIEF_STARTS = ("event_started", "drain_started", "state_recovered", "signal_sent")
 HEARD = BELIEF_STARTS[:3]  # what shows the daemon knows of an event, the signals it sends aside
 
@@ -362,29 +361,3 @@ def _beliefs(
     if active and stop > since:
         windows.append((since, stop))
     return windows
-
-
-def timeline(facts: Facts, at: float, span: float = CONTEXT) -> list[str]:
-    """Everything recorded within `span` s of `at`, in time order: driver, holders, daemons."""
-    rows: list[tuple[float, str, str]] = [
-        (t, "driver", text) for t, text in facts.actions
-    ]  # (time, who, what)
-    for h in facts.holders:
-        who = f"holder #{h.serial} pid {h.pid}"
-        rows += [(t, who, "received SIGTERM") for t in h.terms]
-        rows += [(t, who, what) for t, what in ((h.opened, "opened the device"), (h.released, "released it"))
-                 if t is not None]  # fmt: skip
-        if h.died is not None:
-            rows.append(
-                (h.died, who, f"reaped: exit {h.exit_code}" + (" (by the driver)" if h.culled else ""))
-            )
-    for instance in facts.instances:
-        if instance.ready is not None:
-            rows.append((instance.ready, f"daemon #{instance.index}", "READY=1"))
-        for line in instance.lines:  # "~": a text-format line, timed to the second
-            extra = {k: v for k, v in line.fields.items() if k != "severity" and not line.resolution}
-            mark = "~" if line.resolution else ""
-            text = f"{mark}[{line.kind or '-'}] {line.message} {extra or ''}"
-            rows.append((line.at, f"daemon #{instance.index}", text))
-    near = sorted((r for r in rows if abs(r[0] - at) <= span), key=lambda r: r[0])
-    return [f"  t+{t - facts.t0:9.3f}  {who:<22} {text}".rstrip() for t, who, text in near]

@@ -3,7 +3,8 @@
 The driver's own timeline (events set and cleared on the fake, daemons started and stopped, holders spawned);
 the holders' log, where each holder appends a line for every SIGTERM it receives, timed by the holder; each
 daemon's log (one file per daemon run), its JSON lines naming each signal, its event and drain; deaths,
-timed by the driver's reaper the moment waitpid returns. `bench/soak_checker.py` judges them.
+timed by the driver's reaper the moment waitpid returns. `bench/soak_checker.py` judges them; `timeline`
+shows them around a moment; `facts_json` / `load_facts` keep them for judging again.
 """
 
 from __future__ import annotations
@@ -125,6 +126,35 @@ def load_facts(text: str) -> Facts:
         facts.instances.append(Instance(**{**i, "log_path": Path(i["log_path"]), "lines": lines}))
     facts.holders = [HolderFacts(**h) for h in data["holders"]]
     return facts
+
+
+CONTEXT = 5.0  # +- s of timeline printed around a violation
+
+
+def timeline(facts: Facts, at: float, span: float = CONTEXT) -> list[str]:
+    """Everything recorded within `span` s of `at`, in time order: driver, holders, daemons."""
+    rows: list[tuple[float, str, str]] = [
+        (t, "driver", text) for t, text in facts.actions
+    ]  # (time, who, what)
+    for h in facts.holders:
+        who = f"holder #{h.serial} pid {h.pid}"
+        rows += [(t, who, "received SIGTERM") for t in h.terms]
+        rows += [(t, who, what) for t, what in ((h.opened, "opened the device"), (h.released, "released it"))
+                 if t is not None]  # fmt: skip
+        if h.died is not None:
+            rows.append(
+                (h.died, who, f"reaped: exit {h.exit_code}" + (" (by the driver)" if h.culled else ""))
+            )
+    for instance in facts.instances:
+        if instance.ready is not None:
+            rows.append((instance.ready, f"daemon #{instance.index}", "READY=1"))
+        for line in instance.lines:  # "~": a text-format line, timed to the second
+            extra = {k: v for k, v in line.fields.items() if k != "severity" and not line.resolution}
+            mark = "~" if line.resolution else ""
+            text = f"{mark}[{line.kind or '-'}] {line.message} {extra or ''}"
+            rows.append((line.at, f"daemon #{instance.index}", text))
+    near = sorted((r for r in rows if abs(r[0] - at) <= span), key=lambda r: r[0])
+    return [f"  t+{t - facts.t0:9.3f}  {who:<22} {text}".rstrip() for t, who, text in near]
 
 
 # -- the holders' log: "SERIAL PID WHAT TIME [START_TIME]" per line ---------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak_checker import Verdict, check, timeline
+from bench.soak_checker import Verdict, check
 from bench.soak_facts import (
     Episode,
     Facts,
@@ -20,6 +20,7 @@ from bench.soak_facts import (
     load_facts,
     parse_daemon_log,
     read_holder_lines,
+    timeline,
 )
 
 T0 = 1_800_000_000.0
