@@ -191,8 +191,8 @@ class Soak(World):
         for holder in self.facts.holders:
             if holder.died is None:
                 self.kill_holder(holder)
-        for pid in self.busy:
-            os.kill(pid, signal.SIGKILL)
+        for i in range(len(self.busy)):
+            self.reaper.kill(("busy", i), signal.SIGKILL)
         self.reaper.stop()
         self.notify.close()
         self.fake.stop()

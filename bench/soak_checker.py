@@ -182,7 +182,7 @@ class _Checker:
             span = (max(holder.opened, episode.started), min(until, episode.cleared or self.facts.end))
             if span[0] >= span[1]:
                 continue
-            first = self.first_term(episode)
+            first = self.drain_began(episode)
             late = first is not None and holder.opened > first
             got = bool(self.terms.get((holder.serial, episode.index)))
             self.verdict.counts["late_arrivals"] += late
@@ -196,7 +196,7 @@ class _Checker:
                 continue
             note = ""
             if late and first is not None:
-                note = f" (a late arrival: it opened {holder.opened - first:.1f} s after the first SIGTERM)"
+                note = f" (a late arrival: it opened {holder.opened - first:.1f} s after the drain began)"
             held = longest[1] - longest[0]
             what = f"the {self.describe(episode)} was on and daemon #{longest[2]} knew it"
             text = f"{_name(holder)} held the device for {held:.1f} s while {what}, and got no SIGTERM{note}"
@@ -211,8 +211,15 @@ class _Checker:
         killed = holder.exit_code == -signal.SIGKILL and not holder.culled
         return any(t < until for t in holder.terms) or (killed and (holder.died or 0.0) < until)
 
-    def first_term(self, episode: Episode) -> float | None:
+    def drain_began(self, episode: Episode) -> float | None:
+        """When the event's drain surely began: its first SIGTERM received, or a daemon's "drain started"
+        (at the end of its second, for the text format); a holder opening later is a late arrival."""
         times = [t for (_, index), ts in self.terms.items() if index == episode.index for t in ts]
+        until = episode.cleared or self.facts.end
+        began = [
+            x.at + x.resolution for i in self.facts.instances for x in i.lines if x.kind == "drain_started"
+        ]
+        times += [t for t in began if episode.started <= t <= until]
         return min(times, default=None)
 
     # -- SIGKILL ---------------------------------------------------------------------------------------

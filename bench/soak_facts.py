@@ -256,7 +256,7 @@ class Result:
     graceful_restarts: int = 0
     holders: int = 0
     late_arrivals: int = 0  # the driver's late-arrival episodes
-    late_arrivals_seen: int = 0  # holders the checker found opening during an event after its first SIGTERM
+    late_arrivals_seen: int = 0  # holders the checker found opening during an event after its drain began
     late_arrivals_signalled: int = 0
     clears_while_down: int = 0
     jobs_after_clear_signalled: int = 0  # must be 0

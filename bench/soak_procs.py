@@ -3,7 +3,9 @@ happens, whatever the driver's loop is doing (waiting for a daemon to stop, read
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -52,6 +54,7 @@ class Reaper:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.live: dict[int, Hashable] = {}
+        self.pidfds: dict[Hashable, int] = {}  # signals go through these: never to a reused PID
         self.deaths: dict[Hashable, tuple[float, int]] = {}
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="reaper", daemon=True)
@@ -68,8 +71,17 @@ class Reaper:
         with self.cond:
             pid = os.posix_spawn(argv[0], list(argv), env or dict(os.environ), file_actions=actions)
             self.live[pid] = key
+            self.pidfds[key] = os.pidfd_open(pid)
             self.cond.notify_all()
         return pid
+
+    def kill(self, key: Hashable, signum: int) -> None:
+        """Signal a child through its pidfd (a no-op once it is gone)."""
+        with self.cond:
+            fd = self.pidfds.get(key)
+            if fd is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(fd, signum)
 
     def death(self, key: Hashable) -> tuple[float, int] | None:
         with self.cond:
@@ -101,6 +113,7 @@ class Reaper:
                 key = self.live.pop(pid, None)
                 if key is not None:
                     self.deaths[key] = (at, os.waitstatus_to_exitcode(status))
+                    os.close(self.pidfds.pop(key))
                 self.cond.notify_all()
 
 

@@ -82,11 +82,11 @@ class World:
         assert daemon is not None
         daemon.told = told
         self.say(f"{'kill -9' if told == 'kill' else 'SIGTERM'} to daemon #{daemon.index}")
-        os.kill(daemon.pid, signal.SIGKILL if told == "kill" else signal.SIGTERM)
+        self.reaper.kill(("daemon", daemon.index), signal.SIGKILL if told == "kill" else signal.SIGTERM)
         death = self.reaper.wait(("daemon", daemon.index), STOP_WAIT)
         if death is None:
             daemon.stop_timed_out = True
-            os.kill(daemon.pid, signal.SIGKILL)
+            self.reaper.kill(("daemon", daemon.index), signal.SIGKILL)
             death = self.reaper.wait(("daemon", daemon.index), STOP_WAIT)
         if death is not None:
             daemon.ended, daemon.exit_code = death
@@ -120,7 +120,7 @@ class World:
 
     def kill_holder(self, holder: HolderFacts) -> None:
         holder.culled = True
-        os.kill(holder.pid, signal.SIGKILL)
+        self.reaper.kill(("holder", holder.serial), signal.SIGKILL)
         self.reaper.wait(("holder", holder.serial), STOP_WAIT)
         self.reap()
 

@@ -125,6 +125,14 @@ def test_a_late_arrival_that_never_gets_its_sigterm_is_reported() -> None:
     assert "held the device for 5.0 s" in text
 
 
+def test_a_late_arrival_after_a_drain_that_found_no_holder_is_owed_its_sigterm() -> None:
+    facts = clean()
+    facts.holders = []
+    facts.instances[0].lines = [x for x in facts.instances[0].lines if x.kind != "signal_sent"]
+    facts.holders.append(holder(1, 13, "handled", 11.0))
+    only(check(facts), "pid 13", "got no SIGTERM", "it opened 0.9 s after the drain began")
+
+
 def test_a_late_arrival_is_owed_nothing_while_no_daemon_knows_of_the_event() -> None:
     facts = clean()
     facts.instances[0].lines = [x for x in facts.instances[0].lines if x.kind != "event_started"]
