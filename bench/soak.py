@@ -80,7 +80,8 @@ class Soak(World):
         roll = self.rng.random()
         if episode is not None and self.episode_step(episode, now, second_half, roll):
             return
-        if episode is None and roll < (0.5 if self.result.events < 2 else 0.25) and self.gap_over(now):
+        eager = self.result.events < 2 or (not second_half and not self.result.clears_while_down)
+        if episode is None and roll < (0.5 if eager else 0.25) and self.gap_over(now):
             self.start_event()
         elif roll < 0.55 and len(self.holding()) < MAX_HOLDERS:
             self.spawn()
@@ -136,11 +137,13 @@ class Soak(World):
         return min((t for h in self.facts.holders for t in h.terms if t >= episode.started), default=None)
 
     def first_holders_gone(self, episode: Episode) -> bool:
-        """The drain has signalled, and every holder that held the device before its first SIGTERM is gone."""
-        first = self.first_terms(episode)
-        if first is None or episode.index in self.late:
+        """The drain began (a first SIGTERM, or its deadline on file), and every holder that held the device
+        by then is gone."""
+        on_file = episode.deadlines[0][0] if episode.deadlines else None
+        began = [t for t in (self.first_terms(episode), on_file) if t is not None]
+        if not began or episode.index in self.late:
             return False
-        return not [h for h in self.holding() if h.opened is not None and h.opened <= first]
+        return not [h for h in self.holding() if h.opened is not None and h.opened <= min(began)]
 
     def mid_drain(self, episode: Episode, now: float, second_half: bool) -> bool:
         return (not second_half and episode.deadline is not None and now < episode.deadline - 0.5
