@@ -1,8 +1,9 @@
 """Load: one real daemon, N real holder processes, one preemption. `python -m bench.load --holders 500`.
 
 Runs in a private PID namespace (re-executes itself under `unshare`), so the daemon's real scanner sees
-only these holders. A farm process opens the device node and forks the holders (copy-on-write: 500 Python
-interpreters would need gigabytes); each appends "PID TIME" to a log when SIGTERM arrives, then exits, or
+only these holders, on a device node whose numbers nothing else on the machine holds (`UniqueDevice`). A
+farm process opens the device node and forks the holders (copy-on-write: 500 Python interpreters would
+need gigabytes); each appends "PID TIME" to a log when SIGTERM arrives, then exits, or
 (the `--ignore` share) keeps running until the SIGKILL at the deadline. The result: when each holder got
 its SIGTERM, how many got more than one, how the drain ended, and the daemon's peak RSS (VmHWM).
 """
@@ -14,7 +15,6 @@ import json
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.workloads import UniqueDevice
 from watchdog.fake.server import FakeMetadataServer
 
 FARM = r"""
 import os, signal, sys, time
 device, log, count, ignore = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-dev = os.open(device, os.O_RDONLY)
+dev = os.open(device, os.O_PATH)
 out = os.open(log, os.O_WRONLY | os.O_APPEND)
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 for i in range(count):
@@ -52,8 +53,8 @@ while True:
 
 
 def measure(holders: int, ignore: int, grace: float, work: Path) -> dict[str, Any]:
-    device = work / "accel0"
-    os.mknod(device, stat.S_IFCHR | 0o600, os.makedev(1, 7))  # /dev/full's numbers, never /dev/null's
+    node = UniqueDevice(work)  # numbers no other process on the machine holds; the farm opens it O_PATH
+    device = node.path
     log = work / "terms.log"
     log.touch()
     (work / "config.toml").write_text(f"[drain]\npreemption_grace = {grace}\n")
@@ -87,6 +88,7 @@ def measure(holders: int, ignore: int, grace: float, work: Path) -> dict[str, An
         daemon.send_signal(signal.SIGTERM)
         daemon_exit = daemon.wait(timeout=30)
     farm.wait(timeout=30)
+    node.close()
     terms: dict[int, list[float]] = {}
     for line in log.read_text().splitlines():
         pid, at = line.split()

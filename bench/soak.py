@@ -1,385 +1,172 @@
-"""The soak: a real daemon under random events, metadata faults, holders coming and going, and kill -9 /
-graceful restarts, with its promises checked all along. `python -m bench.soak --seconds 60 --seed 1`.
+"""The soak: a real daemon under random events, metadata faults, holders coming and going, kill -9 / graceful
+restarts, late arrivals and clears-while-down, judged from ground truth. `python -m bench.soak --seconds 60
+--seed 1 [--load]`.
 
-Everything runs in a private PID namespace (the driver re-executes itself under `unshare`), so the daemon's
-real, unnarrowed scanner sees only this run's processes. Holders are real processes holding a real device
-node (/dev/full's numbers); each appends "PID TIME" to a shared log for every SIGTERM it receives, so the
-count is taken where it matters. Crashes and restarts happen in the first half; the second half keeps one
-daemon, and its RSS and open fds at idle moments must stay flat (no leak).
+Isolated: the driver re-executes itself as init of a private PID namespace (`unshare`), so the daemon's
+real, unnarrowed scanner sees only this run's processes, and its holders hold a device node whose numbers
+nothing else on the machine holds (tests/support/workloads.py `UniqueDevice`), so no other daemon's
+scanner finds them.
+Ground truth (bench/soak_facts.py): each holder logs every SIGTERM it receives, timed by itself; deaths are
+timed by a reaper thread; each daemon run logs every signal, event and drain (JSON lines when it has
+`--log-format json`); the driver logs what it set on the fake and when. bench/soak_checker.py joins them
+at the end, and each violation comes with the timeline around it.
 
-Invariants (each breach is a line in `violations`):
-- at most one SIGTERM per process per event, and none outside an event (plus a slack after a clear, while
-  the daemon may not have heard of it yet);
-- a drain's deadline, as the state file says, never moves later;
-- a holder that ignores SIGTERM is SIGKILLed within 1 s of the deadline (or of the daemon's first READY
-  after it, when the daemon was down at the deadline);
-- no drain lost: an event that outlives its deadline is marked drained, whatever crashed in between;
-- the daemon exits only when told to; at the end, with every event cleared, the state file holds no event,
-  no drain, and no temporary file.
+Episodes, drawn at random: events (preemption or maintenance), cleared at their deadline + 2 s or early;
+faults of every kind; holders that exit on SIGTERM, ignore it, or release the device; kill -9 and graceful
+restarts; late arrivals (during an event, after its first holders have gone, a job supervisor's restarted
+job opens the device); clears-while-down (kill -9 mid-drain, the event cleared while the daemon is down, a
+new job started, the daemon restarted: the new job must get no signal). Crashes happen in the first half;
+the second half keeps one daemon, whose RSS and open fds at idle moments must stay flat. `--load` runs a
+busy process per core for the whole run, so races that show only under load show.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import random
 import shutil
 import signal
-import socket
-import stat
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-from watchdog.fake.server import FakeMetadataServer, Fault
+from bench.soak_checker import REACT, check
+from bench.soak_facts import Episode, Result, facts_json, load_facts, parse_daemon_log, timeline
+from bench.soak_procs import BUSY
+from bench.soak_world import World
 
-PREEMPTED = "instance/preempted"
-MAINTENANCE = "instance/maintenance-event"
-UPCOMING = "instance/upcoming-maintenance"
-GRACE = {"preempted": 3.0, "maintenance": 4.0}
-SOURCES = {"preempted": "preempted", "maintenance": "maintenance-event"}  # the state file's names
-CLEAR_SLACK = 6.0  # s after a clear in which a SIGTERM may still go out (faults can delay hearing of it)
-KILL_TOLERANCE = 1.0  # the issue's ±1 s
+CLEAR_GAP = 6.0  # s between a clear and the next event: the daemon hears of the clear first
 MAX_HOLDERS = 8
-HOLDER = r"""
-import os, signal, sys, time
-mode, device, log = sys.argv[1], sys.argv[2], sys.argv[3]
-dev = os.open(device, os.O_RDONLY)
-out = os.open(log, os.O_WRONLY | os.O_APPEND)
-def term(*_):
-    os.write(out, f"{os.getpid()} {time.time():.6f}\n".encode())
-    if mode == "handled":
-        os._exit(0)
-    if mode == "release":
-        os.close(dev)
-signal.signal(signal.SIGTERM, term)
-while True:
-    signal.pause()
-"""
 
 
-@dataclass
-class Episode:
-    source: str
-    started: float
-    cleared: float | None = None
-    deadline: float | None = None  # the first deadline the state file showed
-    terms: dict[int, int] = field(default_factory=dict)
+class Soak(World):
+    """The random mix of episodes over a `World`, then the verdict."""
 
-
-@dataclass
-class Holder:
-    popen: subprocess.Popen[bytes]
-    mode: str
-    born: float
-    died: float | None = None
-    culled: bool = False  # killed by the driver, not by the daemon
-
-
-@dataclass
-class Result:
-    seconds: float
-    seed: int
-    events: int = 0
-    sigterms: int = 0
-    sigkills_seen: int = 0
-    faults: int = 0
-    crashes: int = 0
-    graceful_restarts: int = 0
-    holders: int = 0
-    rss_kib: list[int] = field(default_factory=list)  # idle samples of the long-lived second-half daemon
-    fds: list[int] = field(default_factory=list)
-    peak_rss_kib: int = 0
-    kill_offsets_s: list[float] = field(default_factory=list)  # each SIGKILL's time minus its due time
-    violations: list[str] = field(default_factory=list)
-
-
-class Soak:
-    def __init__(self, seconds: float, seed: int, work: Path) -> None:
-        self.rng = random.Random(seed)
-        self.result = Result(seconds, seed)
-        self.seconds = seconds
-        self.work = work
-        self.device = work / "accel0"
-        os.mknod(self.device, stat.S_IFCHR | 0o600, os.makedev(1, 7))
-        self.termlog = work / "terms.log"
-        self.termlog.touch()
-        self.state = work / "state"
-        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.notify.bind(str(work / "notify"))
-        self.notify.setblocking(False)
-        self.fake = FakeMetadataServer().start()
-        self.holders: list[Holder] = []
-        self.episodes: list[Episode] = []
-        self.daemon: subprocess.Popen[bytes] | None = None
-        self.downs: list[list[float | None]] = []  # [down, up] intervals of the daemon (up: its READY)
-        self._log_offset = 0
-        (work / "config.toml").write_text(
-            f"[drain]\nmaintenance_grace = {GRACE['maintenance']}\npreemption_grace = {GRACE['preempted']}\n"
-        )
-
-    # -- the daemon ---------------------------------------------------------------------------------------
-    def start_daemon(self) -> None:
-        if not self.downs or self.downs[-1][1] is not None:
-            self.downs.append([time.time(), None])
-        env = dict(os.environ, NOTIFY_SOCKET=str(self.work / "notify"))
-        with open(self.work / "daemon.log", "ab") as log:
-            self.daemon = subprocess.Popen(
-                [sys.executable, "-m", "watchdog", "run", "--config", str(self.work / "config.toml"),
-                 "--metadata-host", self.fake.address, "--device", str(self.device),
-                 "--state-dir", str(self.state), "--listen", "127.0.0.1:0", "--metadata-timeout-sec", "2"],
-                env=env, stderr=log, stdout=subprocess.DEVNULL,
-            )  # fmt: skip
-
-    def crash(self, graceful: bool) -> None:
-        assert self.daemon is not None
-        self.daemon.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
-        limit = time.monotonic() + 20
-        while self.daemon.poll() is None:  # keep observing: a graceful stop takes a second or two, and a
-            self.observe()  # death noticed only afterwards would be timed late and put on the wrong event
-            if time.monotonic() > limit:
-                self.violation("the daemon did not stop within 20 s")
-                self.daemon.kill()
-            time.sleep(0.02)
-        code = self.daemon.returncode
-        if graceful and code != 0:
-            self.violation(f"graceful stop exited {code}")
-        self.start_daemon()
-
-    # -- holders ------------------------------------------------------------------------------------------
-    def spawn(self) -> None:
-        mode = self.rng.choice(["handled", "report", "release", "report"])
-        popen = subprocess.Popen([sys.executable, "-c", HOLDER, mode, str(self.device), str(self.termlog)])
-        self.holders.append(Holder(popen, mode, time.time()))
-        self.result.holders += 1
-
-    # -- events -------------------------------------------------------------------------------------------
-    def current(self) -> Episode | None:
-        last = self.episodes[-1] if self.episodes else None
-        return last if last is not None and last.cleared is None else None
-
-    def start_event(self) -> None:
-        source = self.rng.choice(["preempted", "maintenance"])
-        if source == "preempted":
-            self.fake.set(PREEMPTED, "TRUE")
-        else:
-            self.fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
-        self.episodes.append(Episode(source, time.time()))
-        self.result.events += 1
-
-    def clear_event(self, episode: Episode) -> None:
-        self.fake.set(PREEMPTED, "FALSE")
-        self.fake.set(MAINTENANCE, "NONE")
-        episode.cleared = time.time()
-
-    def inject_fault(self) -> None:
-        kind = self.rng.choice(
-            ["status", "reset", "delay", "trickle", "garbage", "oversized", "no_flavor", "etag"]
-        )
-        path = self.rng.choice([None, PREEMPTED, MAINTENANCE, UPCOMING])
-        status = self.rng.choice([500, 503, 429, 403, 404])
-        seconds = self.rng.uniform(0.5, 3.0)
-        self.fake.add_fault(Fault(kind, self.rng.randint(1, 5), status=status, seconds=seconds, path=path))
-        self.result.faults += 1
-
-    # -- observing ----------------------------------------------------------------------------------------
-    def violation(self, text: str) -> None:
-        self.result.violations.append(f"t+{time.time() - self.t0:.1f} s: {text}")
-
-    def read_notify(self) -> None:
-        while True:
-            try:
-                message = self.notify.recv(4096).decode()
-            except BlockingIOError:
-                return
-            if "READY=1" in message and self.downs and self.downs[-1][1] is None:
-                self.downs[-1][1] = time.time()
-
-    def read_terms(self) -> None:
-        with open(self.termlog, "rb") as log:
-            log.seek(self._log_offset)
-            data = log.read()
-        complete = data[: data.rfind(b"\n") + 1]
-        self._log_offset += len(complete)
-        for line in complete.decode().splitlines():
-            pid_text, at_text = line.split()
-            pid, at = int(pid_text), float(at_text)
-            self.result.sigterms += 1
-            episode = next(
-                (e for e in reversed(self.episodes)
-                 if e.started <= at and (e.cleared is None or at <= e.cleared + CLEAR_SLACK)),
-                None,
-            )  # fmt: skip
-            if episode is None:
-                self.violation(f"SIGTERM to pid {pid} outside any event")
-                continue
-            episode.terms[pid] = episode.terms.get(pid, 0) + 1
-            if episode.terms[pid] == 2:
-                self.violation(f"second SIGTERM to pid {pid} in the {self.name(episode)}")
-
-    def read_state(self) -> dict[str, object] | None:
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads((self.state / "state.json").read_text())
-            return data if isinstance(data, dict) else None
-        return None
-
-    def events_of(self, episode: Episode, state: dict[str, object]) -> list[dict[str, object]]:
-        """The state file's record of this episode's event: same source, first seen after it was set. An
-        older event of another source may still be on file while the daemon has not heard its clear: it
-        is not this episode's. An older one of the same source is, to the daemon: it never saw the value
-        go back (faults hid the clear), so the old event, its drain and its deadline go on."""
-        listed = state.get("events")
-        events = [e for e in (listed if isinstance(listed, list) else []) if isinstance(e, dict)]
-        same = [e for e in events if e.get("source") == SOURCES[episode.source]]
-        fresh = [e for e in same if float(e.get("first_seen") or 0) >= episode.started - 0.5]
-        return fresh or same
-
-    def check_deadline(self) -> None:
-        episode, state = self.current(), self.read_state()
-        if episode is None or state is None:
-            return
-        deadlines = [float(e["deadline"]) for e in self.events_of(episode, state) if e.get("deadline")]  # type: ignore[arg-type]
-        if not deadlines:
-            return
-        deadline = min(deadlines)
-        if episode.deadline is None:
-            episode.deadline = deadline
-        elif deadline > episode.deadline + 1e-6:
-            self.violation(f"deadline moved later: {episode.deadline:.3f} -> {deadline:.3f}")
-
-    def reap_holders(self) -> None:
-        for holder in self.holders:
-            if holder.died is None and holder.popen.poll() is not None:
-                holder.died = time.time()
-                if holder.popen.returncode == -signal.SIGKILL and not holder.culled:
-                    self.result.sigkills_seen += 1
-                    self.check_kill(holder)
-
-    def check_kill(self, holder: Holder) -> None:
-        """SIGKILL within 1 s of the deadline; if the daemon was down then, within 1 s of its next READY."""
-        assert holder.died is not None
-        episode = next((e for e in reversed(self.episodes) if e.started <= holder.died), None)
-        if episode is None or episode.deadline is None:
-            self.violation(f"SIGKILL of pid {holder.popen.pid} with no event deadline known")
-            return
-        # One that opened the device after the deadline is killed when the daemon's next scan (1 s) finds it.
-        due = max(episode.deadline, holder.born + 1.0)
-        for down, up in self.downs:
-            if down <= due and (up is None or due < up):
-                due = up if up is not None else holder.died
-        self.result.kill_offsets_s.append(round(holder.died - due, 3))
-        if not due - KILL_TOLERANCE <= holder.died <= due + KILL_TOLERANCE:
-            self.violation(
-                f"SIGKILL of pid {holder.popen.pid} at {holder.died - due:+.2f} s from its deadline"
-            )
-
-    def name(self, episode: Episode) -> str:
-        return f"{episode.source} event of t+{episode.started - self.t0:.1f} s"
-
-    def check_drained(self, episode: Episode) -> None:
-        """Before clearing an event that outlived its deadline: it is marked drained (no drain lost)."""
-        events = self.events_of(episode, self.read_state() or {})
-        if episode.deadline is None:
-            self.violation(
-                f"the {episode.source} event of t+{episode.started - self.t0:.1f} never started a drain"
-            )
-        elif not any(e.get("drained") for e in events):
-            self.violation(f"the {self.name(episode)} outlived its deadline undrained")
-
-    def sample(self, second_half: bool) -> None:
-        if self.daemon is None or self.daemon.poll() is not None:
-            return
-        pid = self.daemon.pid
-        with contextlib.suppress(OSError):
-            status = Path(f"/proc/{pid}/status").read_text()
-            rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
-            fds = len(os.listdir(f"/proc/{pid}/fd"))
-            self.result.peak_rss_kib = max(self.result.peak_rss_kib, rss)
-            state = self.read_state() or {}
-            if second_half and self.current() is None and not state.get("drain"):  # idle: no drain pending
-                self.result.rss_kib.append(rss)
-                self.result.fds.append(fds)
-
-    def observe(self) -> None:
-        """One look at everything: READYs, SIGTERMs received, the deadline on file, holders that died."""
-        self.read_notify()
-        self.read_terms()
-        self.check_deadline()
-        self.reap_holders()
-
-    # -- the run ------------------------------------------------------------------------------------------
     def run(self) -> Result:
-        self.t0 = time.time()
+        cpu = _cpu_times()
+        for i in range(os.cpu_count() or 1) if self.result.load else ():
+            self.busy.append(self.reaper.spawn(("busy", i), [sys.executable, "-c", BUSY]))
         self.start_daemon()
-        end = self.t0 + self.seconds
-        next_action = self.t0 + 2.0
-        next_sample = self.t0
+        t0 = self.facts.t0
+        self.cwd_from = (
+            t0 + self.seconds * 0.3
+        )  # the first clear-while-down: late arrivals have a chance first
+        end, next_action, next_sample = t0 + self.seconds, t0 + 2.0, t0
         # At least one kill -9 and one graceful restart, whatever the dice say (both in the first half).
-        forced = [(self.t0 + self.seconds * 0.2, False), (self.t0 + self.seconds * 0.35, True)]
+        forced = [(t0 + self.seconds * 0.2, False), (t0 + self.seconds * 0.35, True)]
         while time.time() < end:
             now = time.time()
-            second_half = now - self.t0 > self.seconds / 2
+            second_half = now - t0 > self.seconds / 2
             self.observe()
-            if self.daemon is not None and self.daemon.poll() is not None:
-                self.violation(f"the daemon exited by itself with {self.daemon.returncode}")
-                self.start_daemon()
             if now >= next_sample:
                 self.sample(second_half)
                 next_sample = now + 1.0
-            if forced and now >= forced[0][0]:
-                graceful = forced.pop(0)[1]
-                self.result.graceful_restarts += graceful
-                self.result.crashes += not graceful
-                self.crash(graceful)
+            if forced and now >= forced[0][0] and self.ready():
+                self.restart(graceful=forced.pop(0)[1])
             if now >= next_action:
                 self.act(now, second_half)
                 next_action = now + self.rng.uniform(0.3, 1.5)
-            time.sleep(0.05)  # the driver's polling period; nothing is synchronised on it
+            time.sleep(0.05)  # the driver's polling period; every fact is timed at its source, not here
         self.finish()
-        return self.result
+        busy, total = (b - a for a, b in zip(cpu, _cpu_times(), strict=True))
+        self.result.cpu_busy_percent = round(100 * busy / max(total, 1), 1)
+        return self.judge()
 
     def act(self, now: float, second_half: bool) -> None:
         episode = self.current()
         roll = self.rng.random()
-        if episode is not None and episode.deadline is not None and now > episode.deadline + 2.0:
-            self.check_drained(episode)
-            self.clear_event(episode)
-        elif episode is not None and roll < 0.08:
-            self.clear_event(episode)  # cleared early: the drain is cancelled
-        elif (
-            episode is None
-            and roll < 0.25
-            and (not self.episodes or now > (self.episodes[-1].cleared or 0) + CLEAR_SLACK)
-        ):
+        if episode is not None and self.episode_step(episode, now, second_half, roll):
+            return
+        eager = self.result.events < 2 or (not second_half and not self.result.clears_while_down)
+        if episode is None and roll < (0.5 if eager else 0.25) and self.gap_over(now):
             self.start_event()
-        elif roll < 0.55 and sum(h.died is None for h in self.holders) < MAX_HOLDERS:
+        elif roll < 0.55 and len(self.holding()) < MAX_HOLDERS:
             self.spawn()
         elif roll < 0.75:
             self.inject_fault()
-        elif roll < 0.85 and not second_half:
-            self.result.crashes += 1
-            self.crash(graceful=False)
-        elif roll < 0.9 and not second_half:
-            self.result.graceful_restarts += 1
-            self.crash(graceful=True)
+        elif roll < 0.9 and not second_half and self.may_restart(episode):
+            self.restart(graceful=roll >= 0.85)
         elif roll < 0.95:
             self.cull()
+
+    def episode_step(self, episode: Episode, now: float, second_half: bool, roll: float) -> bool:
+        """What may happen to the current event: its clear, a clear-while-down, a late arrival, an early
+        clear. False if none did."""
+        if episode.deadline is not None and now > self.clear_due(episode):
+            self.check_drained(episode)
+            self.clear_event(episode)
+        elif self.mid_drain(episode, now, second_half) and (roll < 0.15 or self.cwd_owed(now)):
+            self.clear_while_down(episode)
+        elif self.first_holders_gone(episode) and (not self.result.late_arrivals or roll < 0.6):
+            self.late[episode.index] = now
+            self.result.late_arrivals += 1
+            self.spawn(self.rng.choice(["handled", "report", "release"]), late=True)
+        elif roll < 0.08 and (episode.deadline is None or now < episode.deadline):
+            self.clear_event(episode)  # cleared early: the drain is cancelled
+        else:
+            return False
+        return True
+
+    def may_restart(self, episode: Episode | None) -> bool:
+        """Mostly once READY (a start takes seconds under load); not while a late arrival is to be seen."""
+        if episode is not None and episode.index in self.late:
+            return False
+        return self.ready() or self.rng.random() < 0.2
+
+    def gap_over(self, now: float) -> bool:
+        """CLEAR_GAP since the last clear; after a clear while down, also the restarted daemon READY (the
+        episode is about what it does on its own start)."""
+        last = self.facts.episodes[-1] if self.facts.episodes else None
+        if last is None:
+            return True
+        return now > (last.cleared or 0) + CLEAR_GAP and (not last.cleared_while_down or self.ready())
+
+    def cwd_owed(self, now: float) -> bool:
+        """The first clear-while-down is forced, once a late arrival had its chance (or 30% of the run)."""
+        return not self.result.clears_while_down and (self.result.late_arrivals > 0 or now > self.cwd_from)
+
+    def clear_due(self, episode: Episode) -> float:
+        """Deadline + 2 s, or later when a late arrival needs the time to be seen holding."""
+        assert episode.deadline is not None
+        return max(episode.deadline + 2.0, self.late.get(episode.index, 0.0) + REACT + 1.5)
+
+    def first_terms(self, episode: Episode) -> float | None:
+        return min((t for h in self.facts.holders for t in h.terms if t >= episode.started), default=None)
+
+    def first_holders_gone(self, episode: Episode) -> bool:
+        """The drain began (a first SIGTERM, or its deadline on file), and every holder that held the device
+        by then is gone."""
+        on_file = episode.deadlines[0][0] if episode.deadlines else None
+        began = [t for t in (self.first_terms(episode), on_file) if t is not None]
+        if not began or episode.index in self.late:
+            return False
+        return not [h for h in self.holding() if h.opened is not None and h.opened <= min(began)]
+
+    def mid_drain(self, episode: Episode, now: float, second_half: bool) -> bool:
+        return (not second_half and episode.deadline is not None and now < episode.deadline - 0.5
+                and self.first_terms(episode) is not None and self.daemon_gone() is None)  # fmt: skip
+
+    def clear_while_down(self, episode: Episode) -> None:
+        """kill -9 mid-drain, clear the event while it is down, start a new job, restart: the daemon must
+        wait for a fresh metadata answer, so the new job gets no signal."""
+        self.result.clears_while_down += 1
+        self.result.crashes += 1
+        self.end_daemon("kill")
+        self.clear_event(episode, while_down=True)
+        self.wait_opened(self.spawn("report", after_clear=True))
+        self.start_daemon()
 
     def cull(self) -> None:
         """Released holders keep running after their SIGTERM: end one now and then (outside any event)."""
         if self.current() is not None:
             return
-        for holder in self.holders:
-            if holder.died is None and holder.mode == "release":
-                holder.culled = True
-                holder.popen.kill()
-                holder.popen.wait()
-                holder.died = time.time()
+        for holder in self.facts.holders:
+            if holder.died is None and holder.released is not None:
+                self.kill_holder(holder)
+                self.say(f"culled holder #{holder.serial}")
                 return
 
     def finish(self) -> None:
@@ -387,49 +174,104 @@ class Soak:
         if episode is not None:
             self.clear_event(episode)
         self.fake.faults.clear()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            self.read_terms()
-            state = self.read_state()
-            if state and not state.get("events") and not state.get("drain"):
+        limit = time.monotonic() + 30
+        while time.monotonic() < limit:
+            self.facts.final_state = self.read_state()
+            if (
+                self.facts.final_state
+                and not self.facts.final_state.get("events")
+                and not self.facts.final_state.get("drain")
+            ):
                 break
-            time.sleep(0.1)
+            time.sleep(0.1)  # polling the state file for a condition, with a deadline
         else:
-            self.violation(f"state not clean 30 s after the last clear: {self.read_state()}")
-        leftovers = [p.name for p in self.state.iterdir() if p.name.endswith(".tmp")]
-        if leftovers:
-            self.violation(f"temporary files left in the state dir: {leftovers}")
-        if self.daemon is not None:
-            if self.daemon.poll() is not None:
-                self.violation(f"the daemon exited by itself with {self.daemon.returncode}")
-            self.daemon.send_signal(signal.SIGTERM)
-            if self.daemon.wait(timeout=20) != 0:
-                self.violation(f"the daemon's final stop exited {self.daemon.returncode}")
-        for holder in self.holders:
-            if holder.popen.poll() is None:
-                holder.popen.kill()
-            holder.popen.wait()
+            self.facts.final_clean = False
+        self.facts.leftovers = [p.name for p in self.state.iterdir() if p.name.endswith(".tmp")]
+        if self.daemon is not None and self.daemon_gone() is None:
+            self.end_daemon("final")
+        self.observe()
+        self.facts.end = time.time()
+        for holder in self.facts.holders:
+            if holder.died is None:
+                self.kill_holder(holder)
+        for i in range(len(self.busy)):
+            self.reaper.kill(("busy", i), signal.SIGKILL)
+        self.reaper.stop()
+        self.notify.close()
         self.fake.stop()
+        self.device.close()
+        self.read_holder_log()
+        for instance in self.facts.instances:
+            readies = self.notify.ready.get(instance.pid, [])
+            instance.ready = min((t for t in readies if t >= instance.started), default=None)
+            instance.lines = parse_daemon_log(instance.log_path.read_text(errors="replace"), instance.index)
+
+    def judge(self) -> Result:
+        verdict = check(self.facts)
+        counts, result = verdict.counts, self.result
+        result.sigterms, result.sigkills_seen = counts["sigterms"], counts["sigkills"]
+        result.killed_without_sigterm = counts["killed_without_sigterm"]
+        result.late_arrivals_seen, result.late_arrivals_signalled = (
+            counts["late_arrivals"],
+            counts["late_arrivals_signalled"],
+        )
+        result.jobs_after_clear_signalled, result.possibly_sent = (
+            counts["jobs_after_clear_signalled"],
+            counts["possibly_sent"],
+        )
+        result.kill_offsets_s = verdict.kill_offsets
+        result.violations = [v.text for v in verdict.violations]
+        result.timelines = ["\n".join([v.text, *timeline(self.facts, v.at)]) for v in verdict.violations[:20]]
+        return result
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(values) - values[3] - values[4], sum(values)
+
+
+def recheck(evidence: Path) -> int:
+    """The checker again over a run's facts.json: each violation with its timeline."""
+    facts = load_facts((evidence / "facts.json").read_text())
+    verdict = check(facts)
+    for v in verdict.violations:
+        sys.stdout.write("\n".join([f"VIOLATION {v.text}", *timeline(facts, v.at)]) + "\n\n")
+    sys.stdout.write(f"{len(verdict.violations)} violation(s); {dict(verdict.counts)}\n")
+    return 1 if verdict.violations else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_S", "600")))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--load", action="store_true", help="keep every core busy for the whole run")
     parser.add_argument("--out", help="write the result as JSON here (default: stdout)")
+    keep = "keep the logs and facts here (default: a new directory, kept only when something was violated)"
+    parser.add_argument("--evidence", help=keep)
+    parser.add_argument("--recheck", metavar="EVIDENCE", help="judge a run's kept facts again, and exit")
     args = parser.parse_args(argv)
+    if args.recheck:
+        return recheck(Path(args.recheck))
     if os.getpid() != 1:  # not yet in a PID namespace of our own: re-execute inside one
         unshare = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
         given = sys.argv[1:] if argv is None else argv
-        return subprocess.call([*unshare, sys.executable, "-m", "bench.soak", *given])
+        os.execvp(unshare[0], [*unshare, sys.executable, "-m", "bench.soak", *given])  # noqa: S606 - no shell
     work = Path(tempfile.mkdtemp(prefix="tpu-watchdog-soak-"))
     try:
-        result = Soak(args.seconds, args.seed, work).run()
+        soak = Soak(args.seconds, args.seed, work, args.load)
+        result = soak.run()
+        if result.violations or args.evidence:
+            keep = Path(args.evidence or tempfile.mkdtemp(prefix="tpu-watchdog-soak-evidence-"))
+            keep.mkdir(parents=True, exist_ok=True)
+            for path in [*work.glob("*.log"), work / "config.toml"]:
+                shutil.copy(path, keep)
+            (keep / "facts.json").write_text(facts_json(soak.facts))
+            result.evidence = str(keep)
     finally:
-        log = work / "daemon.log"
-        if log.exists():
-            shutil.copy(log, Path(tempfile.gettempdir()) / "tpu-watchdog-soak-daemon.log")
         shutil.rmtree(work, ignore_errors=True)
+    for text in result.timelines:
+        sys.stderr.write(f"VIOLATION {text}\n\n")
     text = json.dumps(asdict(result))
     if args.out:
         Path(args.out).write_text(text)

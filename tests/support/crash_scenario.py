@@ -70,7 +70,7 @@ KEYS = {
 HOLDER = r"""
 import os, signal, sys
 mode, device, out, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-dev = os.open(device, os.O_RDONLY)
+dev = os.open(device, os.O_PATH)
 termed = []
 def say(text):
     os.write(out, (text + "\n").encode())
@@ -583,12 +583,13 @@ class StateWatch:
 class Driver:
     def __init__(self, workdir: Path, plan: Plan) -> None:
         from tests.support.workloads import (
-            make_device,  # the node with /dev/full's numbers (1:7), never /dev/null's
-        )
+            UniqueDevice,
+        )  # numbers no other process holds; holders open it O_PATH
 
         self.workdir = workdir
         self.plan = plan
-        self.device = make_device(workdir)
+        self.node = UniqueDevice(workdir)
+        self.device = self.node.path
         self.state_dir = workdir / "state"
         (workdir / "empty.toml").write_text("")
         self.key, self.on, self.off = KEYS[plan.source]
@@ -782,6 +783,7 @@ def driver_main(workdir: Path) -> int:
     except Exception as error:  # noqa: BLE001 - reported as a violation with the facts gathered so far
         driver.errors.append(f"{type(error).__name__}: {error}")
     (workdir / "facts.json").write_text(json.dumps(driver.facts(), indent=1))
+    driver.node.close()
     return 0
 
 

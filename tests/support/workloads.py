@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
+import random
 import select
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -76,6 +79,76 @@ def make_device(directory: Path, name: str = "accel0") -> Path:
     path = directory / name
     os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 7))
     return path
+
+
+# Character majors the kernel's devices.txt reserves for local or experimental use. Dynamic majors are handed
+# out from 254 downwards, so none of these ever gets a driver unless someone registers one on purpose.
+LOCAL_MAJORS = (60, 61, 62, 63, 120, 121, 122, 123, 124, 125, 126, 127)
+HOLD_FLAGS = os.O_PATH  # how a holder opens a UniqueDevice: it has no driver, so a plain open() is ENXIO
+CLAIMS = Path(tempfile.gettempdir()) / "tpu-watchdog-device-numbers"
+
+
+class UniqueDevice:
+    """A device node whose numbers nothing else on this machine holds, for as long as it is open.
+
+    /dev/full's numbers (1:7) are held by other runs too, and the scanner matches by device number: a daemon
+    elsewhere on the machine (a demo, another test run) whose scanner is not narrowed would signal our
+    holders. A pseudo-terminal's slave (136:N, unique while its pair lives) does not work: the scanner refuses
+    every terminal major as held by everyone, and the tty layer refuses (EIO) a pts opened through a node
+    outside devpts. So the number is one of a local-use major with no driver (checked in /proc/devices),
+    claimed under an flock in a directory all users of this class share: two runs never get the same one. As
+    there is no driver, open() fails for everyone, so no other process can hold it by accident. Holders open
+    it with O_PATH (HOLD_FLAGS): a real fd on the real node, which the scanner finds by path and (through
+    stat) by device number, as it finds /dev/accel0.
+    """
+
+    def __init__(self, directory: Path, name: str = "accel0") -> None:
+        CLAIMS.mkdir(exist_ok=True)
+        registered = _char_majors()
+        majors = [m for m in LOCAL_MAJORS if m not in registered]
+        rng = random.SystemRandom()
+        for _ in range(64):
+            major, minor = rng.choice(majors), rng.randrange(1 << 20)
+            claim = CLAIMS / f"{major}-{minor}"
+            fd = os.open(claim, os.O_RDWR | os.O_CREAT, 0o600)
+            if _locked(fd, claim):
+                break
+            os.close(fd)
+        else:
+            raise RuntimeError(f"no free device number claimed in {CLAIMS}")
+        self._claim, self._fd = claim, fd
+        self.rdev = os.makedev(major, minor)
+        self.path = directory / name
+        os.mknod(self.path, stat.S_IFCHR | 0o600, self.rdev)
+
+    def close(self) -> None:
+        """Release the number (the node itself goes with its directory)."""
+        if self._fd >= 0:
+            self._claim.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> UniqueDevice:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _char_majors() -> set[int]:
+    text = Path("/proc/devices").read_text()
+    chars = text.split("Block devices:")[0]
+    return {int(line.split()[0]) for line in chars.splitlines() if line.strip()[:1].isdigit()}
+
+
+def _locked(fd: int, claim: Path) -> bool:
+    """Our flock on `claim`, and still the file at that path (a releaser unlinks it while holding the lock,
+    so a lock taken on the unlinked file claims nothing)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return os.fstat(fd).st_ino == os.stat(claim).st_ino
+    except (BlockingIOError, FileNotFoundError):
+        return False
 
 
 class Child:

@@ -1,0 +1,307 @@
+"""The soak's checker (bench/soak_checker.py) on synthetic facts: a clean run passes, and each broken
+promise (an extra SIGTERM, a missed late arrival, a late SIGKILL, a signal after a clear while down, ...) is
+reported once, with the timeline around it. Also the parsers of the daemon's log and of the holders' log."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.soak_checker import Verdict, check
+from bench.soak_facts import (
+    Episode,
+    Facts,
+    HolderFacts,
+    Instance,
+    LogLine,
+    facts_json,
+    load_facts,
+    parse_daemon_log,
+    read_holder_lines,
+    timeline,
+)
+
+T0 = 1_800_000_000.0
+
+
+def line(at: float, kind: str, instance: int = 1, **fields: object) -> LogLine:
+    return LogLine(T0 + at, kind, f"{kind} {fields}", fields, instance)
+
+
+def sent(at: float, pid: int, signame: str, instance: int = 1) -> LogLine:
+    return line(at, "signal_sent", instance, pid=pid, start_time=500 + pid, signal=signame, result="sent")
+
+
+def holder(serial: int, pid: int, mode: str, opened: float, **facts: object) -> HolderFacts:
+    made = HolderFacts(serial, pid, mode, T0 + opened - 0.2, opened=T0 + opened, start_time=500 + pid)
+    for name, value in facts.items():
+        setattr(made, name, value)
+    return made
+
+
+def clean() -> Facts:
+    """A preemption at t+10 (deadline t+13, cleared t+16), drained by daemon #1 (up all along): holder #1
+    (handled) exits on its SIGTERM, holder #2 (report) carries on and is SIGKILLed at the deadline."""
+    facts = Facts(t0=T0, end=T0 + 30)
+    facts.episodes.append(Episode(1, "preempted", T0 + 10, T0 + 16, deadlines=[(T0 + 10.1, T0 + 13)]))
+    facts.episodes[0].drained_at_clear = True
+    daemon = Instance(
+        1, 100, T0, Path("daemon-1.log"), ready=T0 + 0.5, ended=T0 + 30, exit_code=0, told="final"
+    )
+    daemon.lines = [
+        line(0.4, "daemon_started"),
+        line(10.05, "event_started", event="preempted"),
+        line(10.06, "drain_started"),
+        sent(10.07, 11, "SIGTERM"),
+        sent(10.07, 12, "SIGTERM"),
+        sent(13.0, 12, "SIGKILL"),
+        line(13.02, "drain_finished", outcome="timed_out"),
+        line(16.05, "event_cleared", event="preempted"),
+    ]
+    facts.instances.append(daemon)
+    facts.holders += [
+        holder(1, 11, "handled", 1.2, terms=[T0 + 10.08], died=T0 + 10.09, exit_code=0),
+        holder(2, 12, "report", 2.2, terms=[T0 + 10.08], died=T0 + 13.01, exit_code=-9),
+    ]
+    return facts
+
+
+def texts(verdict: Verdict) -> list[str]:
+    return [v.text for v in verdict.violations]
+
+
+def only(verdict: Verdict, *words: str) -> str:
+    """The one violation, which must name every word."""
+    assert len(verdict.violations) == 1, texts(verdict)
+    text = verdict.violations[0].text
+    assert all(word in text for word in words), text
+    return text
+
+
+def test_a_clean_run_has_no_violation_and_times_its_sigkill() -> None:
+    verdict = check(clean())
+    assert texts(verdict) == []
+    assert verdict.kill_offsets == [0.0]
+    assert (verdict.counts["sigterms"], verdict.counts["sigkills"]) == (2, 1)
+
+
+def test_a_second_sigterm_in_one_event_is_reported() -> None:
+    facts = clean()
+    facts.holders[1].terms.append(T0 + 11.0)
+    facts.instances[0].lines.append(sent(10.99, 12, "SIGTERM"))
+    only(check(facts), "second SIGTERM to pid 12", "first at t+10.08")
+
+
+def test_a_sigterm_outside_any_event_is_reported() -> None:
+    facts = clean()
+    facts.holders.append(holder(3, 13, "report", 20.0, terms=[T0 + 25.0]))
+    facts.instances[0].lines.append(sent(24.99, 13, "SIGTERM"))
+    only(check(facts), "SIGTERM to pid 13", "outside any event")
+
+
+def test_a_sigterm_long_after_a_clear_the_daemon_had_not_heard_of_is_no_violation() -> None:
+    """Faults hid the clear from the daemon until t+26: a SIGTERM at t+25 is late news, not a daemon bug."""
+    facts = clean()
+    facts.instances[0].lines[-1] = line(26.0, "event_cleared", event="preempted")
+    facts.holders.append(holder(3, 13, "report", 20.0, terms=[T0 + 25.0]))
+    facts.instances[0].lines.append(sent(24.99, 13, "SIGTERM"))
+    assert texts(check(facts)) == []
+
+
+def test_a_sigterm_no_daemon_logged_is_a_signal_from_elsewhere() -> None:
+    facts = clean()
+    facts.holders.append(holder(3, 13, "report", 11.0, terms=[T0 + 11.5]))
+    only(check(facts), "pid 13", "no daemon's log names")
+
+
+def test_a_late_arrival_that_never_gets_its_sigterm_is_reported() -> None:
+    """The drain's holders were signalled at t+10.08; a restarted job opens the device at t+11 and holds
+    it until the clear, with the event on and the daemon knowing it: it was owed a SIGTERM."""
+    facts = clean()
+    facts.holders.append(holder(3, 13, "handled", 11.0))
+    text = only(check(facts), "pid 13", "got no SIGTERM", "a late arrival", "daemon #1 knew it")
+    assert "held the device for 5.0 s" in text
+
+
+def test_a_late_arrival_after_a_drain_that_found_no_holder_is_owed_its_sigterm() -> None:
+    facts = clean()
+    facts.holders = []
+    facts.instances[0].lines = [x for x in facts.instances[0].lines if x.kind != "signal_sent"]
+    facts.holders.append(holder(1, 13, "handled", 11.0))
+    only(check(facts), "pid 13", "got no SIGTERM", "it opened 0.9 s after the drain began")
+
+
+def test_a_late_arrival_is_owed_nothing_while_no_daemon_knows_of_the_event() -> None:
+    facts = clean()
+    facts.instances[0].lines = [x for x in facts.instances[0].lines if x.kind != "event_started"]
+    facts.instances[0].lines.insert(1, line(14.0, "event_cleared", event="preempted"))
+    facts.holders.append(holder(3, 13, "handled", 14.5))
+    assert not [t for t in texts(check(facts)) if "pid 13" in t]
+
+
+def test_a_late_sigkill_is_reported_with_both_clocks() -> None:
+    facts = clean()
+    facts.holders[1].died = T0 + 14.5
+    facts.instances[0].lines[5] = sent(14.49, 12, "SIGKILL")
+    only(
+        check(facts),
+        "SIGKILL of pid 12",
+        "at +1.49 s from its due",
+        "reaped at +1.50 s",
+        "logged it at +1.49 s",
+    )
+
+
+def test_a_late_reaper_is_not_a_late_daemon() -> None:
+    """The daemon logged its SIGKILL on time; the reaper saw the death 1.5 s later: the driver's timing."""
+    facts = clean()
+    facts.holders[1].died = T0 + 14.5
+    verdict = check(facts)
+    assert texts(verdict) == []
+    assert verdict.kill_offsets == [0.0]
+
+
+def test_a_holder_never_sigkilled_at_its_deadline_is_reported() -> None:
+    facts = clean()
+    facts.holders[1].died, facts.holders[1].exit_code = None, None
+    del facts.instances[0].lines[5]
+    only(check(facts), "pid 12", "was not SIGKILLed")
+
+
+def test_no_daemon_at_the_deadline_moves_the_sigkill_to_when_one_knows() -> None:
+    """Daemon #1 is killed at t+12; #2 resumes the drain at t+15: the SIGKILL is due then, not at t+13."""
+    facts = clean()
+    first = facts.instances[0]
+    first.ended, first.exit_code, first.told = T0 + 12, -9, "kill"
+    first.lines = [x for x in first.lines if x.at < T0 + 12]
+    second = Instance(2, 200, T0 + 14, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
+    second.lines = [line(15.0, "state_recovered", 2), sent(15.1, 12, "SIGKILL", 2)]
+    second.lines.append(line(16.05, "event_cleared", 2, event="preempted"))
+    facts.instances.append(second)
+    facts.holders[1].died = T0 + 15.1
+    verdict = check(facts)
+    assert texts(verdict) == []
+    assert verdict.kill_offsets == [0.1]
+
+
+def test_signals_after_a_clear_while_down_are_reported() -> None:
+    """Daemon #1 is killed mid-drain, the event cleared while it is down, a new job opens the device, and
+    daemon #2 resumes the drain from the state file without a fresh answer: it signals the new job."""
+    facts = clean()
+    first, episode = facts.instances[0], facts.episodes[0]
+    first.ended, first.exit_code, first.told = T0 + 12, -9, "kill"
+    first.lines = [x for x in first.lines if x.at < T0 + 12]
+    episode.cleared, episode.cleared_while_down, episode.drained_at_clear = T0 + 12.1, True, None
+    second = Instance(2, 200, T0 + 12.3, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
+    second.lines = [
+        line(12.4, "state_recovered", 2),
+        sent(12.5, 13, "SIGTERM", 2),
+        sent(13.0, 12, "SIGKILL", 2),
+    ]
+    facts.instances.append(second)
+    facts.holders.append(holder(3, 13, "report", 12.2, after_clear=True, terms=[T0 + 12.51]))
+    verdict = check(facts)
+    assert len(verdict.violations) == 2, texts(verdict)
+    assert "SIGTERM to pid 13" in texts(verdict)[0]
+    assert "cleared while no daemon ran, by daemon #2" in texts(verdict)[0]
+    assert "SIGKILL of pid 12" in texts(verdict)[1]
+    assert verdict.counts["jobs_after_clear_signalled"] == 1
+
+
+def test_a_crash_that_left_an_unconfirmed_intent_excuses_a_missing_sigterm() -> None:
+    facts = clean()
+    facts.holders.append(holder(3, 13, "handled", 11.0))
+    facts.intents[(13, 513)] = False  # written ahead, never confirmed: a crash may have come in between
+    verdict = check(facts)
+    assert texts(verdict) == []
+    assert verdict.counts["possibly_sent"] == 1
+
+
+def test_a_deadline_that_moves_later_and_an_event_left_undrained_are_reported() -> None:
+    facts = clean()
+    facts.episodes[0].deadlines.append((T0 + 11, T0 + 13.5))
+    assert "moved later: " in only(check(facts), "the deadline of the preempted event #1")
+    facts = clean()
+    facts.episodes[0].drained_at_clear = False
+    only(check(facts), "outlived its deadline undrained")
+
+
+@pytest.mark.parametrize(
+    ("told", "code", "words"),
+    [(None, 1, "exited by itself with 1"), ("stop", -15, "graceful stop exited -15")],
+)
+def test_a_daemon_that_dies_unbidden_or_stops_uncleanly_is_reported(
+    told: str | None, code: int, words: str
+) -> None:
+    facts = clean()
+    extra = Instance(2, 300, T0 + 20, Path("daemon-2.log"), ended=T0 + 21, exit_code=code, told=told)
+    facts.instances.append(extra)
+    only(check(facts), f"daemon #2{'' if told is None else chr(39) + 's'}", words)
+
+
+def test_the_timeline_shows_everything_within_five_seconds() -> None:
+    facts = clean()
+    facts.actions.append((T0 + 10.0, "set instance/preempted = TRUE (event #1)"))
+    rows = timeline(facts, T0 + 13.0)
+    assert any("driver" in r and "set instance/preempted" in r for r in rows)
+    assert any("holder #2 pid 12" in r and "reaped: exit -9" in r for r in rows)
+    assert any("daemon #1" in r and "[signal_sent]" in r for r in rows)
+    assert not any("daemon_started" in r for r in rows)  # t+0.4: too far
+    assert rows == sorted(rows, key=lambda r: float(r.split("t+")[1].split()[0]))
+
+
+def test_the_daemon_log_parser_reads_json_and_text_lines() -> None:
+    json_line = (
+        '{"time": "2027-01-15T08:00:01.250000Z", "severity": "WARNING", "message": "SIGTERM to pid 7", '
+        '"kind": "signal_sent", "pid": 7, "start_time": 42, "process": "python", "signal": "SIGTERM", '
+        '"result": "sent", "drain_id": "d1", "event_ids": ["preempted:TRUE@1"], "late": true}'
+    )
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(T0))
+    text = [
+        f"{stamp} WARNING SIGKILL to pid 8 (python, start time 43): sent",
+        f"{stamp} WARNING event started: preempted = TRUE (id preempted:TRUE@1)",
+        f"{stamp} ERROR internal error in _handle: the daemon carries on",
+        "Traceback (most recent call last):",
+    ]
+    parsed = parse_daemon_log("\n".join([json_line, *text]), instance=3)
+    first = parsed[0]
+    assert (first.kind, first.get("pid"), first.get("signal"), first.get("late")) == (
+        "signal_sent",
+        7,
+        "SIGTERM",
+        True,
+    )
+    assert first.at == pytest.approx(1800000001.25)
+    assert (first.resolution, first.instance, first.get("event_ids")) == (0.0, 3, ["preempted:TRUE@1"])
+    kill = parsed[1]
+    assert (kill.kind, kill.get("pid"), kill.get("start_time"), kill.at, kill.resolution) == (
+        "signal_sent", 8, 43, T0, 1.0
+    )  # fmt: skip
+    assert (parsed[2].kind, parsed[2].get("event")) == ("event_started", "preempted")
+    assert parsed[3].kind is None
+    assert (parsed[4].kind, parsed[4].at, parsed[4].message) == (
+        None,
+        T0,
+        "Traceback (most recent call last):",
+    )
+
+
+def test_the_holder_log_parser_applies_each_line_to_its_holder() -> None:
+    one = HolderFacts(1, 41, "release", T0)
+    read_holder_lines(
+        b"1 41 open 1800000001.5 777\n1 41 term 1800000002.0\n1 41 release 1800000002.1\n9 99 term 1.0\n",
+        {1: one},
+    )
+    assert (one.opened, one.start_time, one.terms, one.released) == (T0 + 1.5, 777, [T0 + 2.0], T0 + 2.1)
+    assert one.stopped_holding == T0 + 2.1
+
+
+def test_kept_facts_are_judged_the_same_when_read_back() -> None:
+    facts = clean()
+    facts.holders.append(holder(3, 13, "handled", 11.0))
+    facts.intents[(12, 512)] = True
+    again = load_facts(facts_json(facts))
+    assert again == facts
+    assert texts(check(again)) == texts(check(facts))
