@@ -133,3 +133,72 @@ def test_a_cancellation_is_asked_once() -> None:
     life.observe("maintenance-event", TERMINATE, now=0.0)
     life.observe("maintenance-event", None, now=1.0)
     assert life.observe("maintenance-event", None, now=2.0) == []
+
+
+# -- late arrivals and restored events ---------------------------------------------------------------------
+
+
+def drained_lifecycle() -> Lifecycle:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, 1000.0)
+    life.drain_finished("exited", 1001.0)
+    return life
+
+
+def test_a_late_arrival_gets_a_drain_of_its_own_with_the_events_deadline() -> None:
+    life = drained_lifecycle()
+    (start,) = life.late_arrivals(1010.0)
+    assert isinstance(start, StartDrain)
+    assert start.late
+    assert start.deadline == 1300.0  # the event's, not now + grace
+    assert life.drain is not None
+    assert life.drain.late
+    assert life.drain.drain_id == start.drain_id != ""
+    assert life.late_arrivals(1011.0) == []  # one drain at a time
+    life.drain_finished("exited", 1012.0)
+    assert life.state is State.DRAINED
+
+
+def test_no_late_arrival_drain_without_an_event() -> None:
+    life = drained_lifecycle()
+    life.observe("maintenance-event", None, 1005.0)
+    assert life.late_arrivals(1010.0) == []
+
+
+def test_a_shorter_grace_within_the_event_moves_the_events_deadline_for_late_arrivals() -> None:
+    life = drained_lifecycle()
+    life.observe(
+        "maintenance-event", Trigger("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 5.0), 1002.0
+    )
+    (start,) = life.late_arrivals(1003.0)
+    assert isinstance(start, StartDrain)
+    assert start.deadline == 1007.0
+
+
+def test_drain_ids_read_as_utc_times_to_the_millisecond() -> None:
+    life = Lifecycle()
+    (_, start) = life.observe("preempted", PREEMPTED, 1796126718.0065)
+    assert isinstance(start, StartDrain)
+    assert start.drain_id in ("20261201T120518.006Z", "20261201T120518.007Z")  # float rounding
+
+
+def test_newcomers_are_admitted_for_confirmed_events_only_or_until_the_deadline_when_unheard() -> None:
+    life = drained_lifecycle()
+    assert life.admits_newcomers(1010.0, unconfirmed_until=1020.0)  # heard in this run
+    restored = Lifecycle(events={"maintenance-event": life.events["maintenance-event"]})
+    restored.events["maintenance-event"].confirmed = False
+    assert not restored.admits_newcomers(1010.0, unconfirmed_until=1020.0)  # waiting for an answer
+    assert restored.admits_newcomers(1020.0, unconfirmed_until=1020.0)  # unheard: carry on as planned
+    assert not restored.admits_newcomers(1300.0, unconfirmed_until=1020.0)  # unheard, past the deadline
+    restored.observe("maintenance-event", TERMINATE, 1030.0)  # the metadata server confirms it
+    assert restored.events["maintenance-event"].confirmed
+    assert restored.admits_newcomers(1301.0, unconfirmed_until=1020.0)
+
+
+def test_a_drain_whose_events_all_cleared_admits_nobody() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, 1000.0)
+    life.observe("maintenance-event", None, 1001.0)  # cancelling
+    assert life.drain is not None
+    assert not life.admits_newcomers(1002.0, unconfirmed_until=0.0)
+    assert Lifecycle().admits_newcomers(1002.0, unconfirmed_until=0.0)  # no event, no drain: no restriction
