@@ -33,15 +33,17 @@ def no_sigterm_within(child: Child, seconds: float) -> None:
         child.expect("term", timeout=seconds)
 
 
-def crashed_mid_event(state_dir: Path, deadline: float, drained: bool) -> None:
+def crashed_mid_event(
+    state_dir: Path, deadline: float, drained: bool, signalled: ProcessIdentity = GONE_JOB
+) -> None:
     """What a daemon killed mid-event leaves: the event, the drain (unless it had ended), its SIGTERM."""
     store = StateStore(str(state_dir))
     started = deadline - 30.0
     event = EventRecord("maintenance-event", TERMINATE, "ev-before", started, drained, deadline)
     drain = None if drained else DrainState("draining", started, deadline, 30.0, "kill", ("ev-before",))
     store.save_lifecycle([event], drain, "exited" if drained else None)
-    store.record_intent(GONE_JOB, signal.SIGTERM, name="python3")
-    store.record_sent(GONE_JOB, signal.SIGTERM, "sent")
+    store.record_intent(signalled, signal.SIGTERM, name="python3")
+    store.record_sent(signalled, signal.SIGTERM, "sent")
 
 
 # -- late arrivals -------------------------------------------------------------------------------------
@@ -165,3 +167,31 @@ def test_with_the_metadata_server_unreachable_past_the_deadline_nobody_new_is_si
         )
         no_sigterm_within(newcomer, 2.5)
         assert harness.metric(SIGNALS, signal="SIGTERM") == 0
+
+
+def test_a_job_signalled_before_the_restart_is_not_killed_for_an_event_that_cleared_meanwhile(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    stubborn = workloads.start("report")  # got its SIGTERM from the dead daemon; ignores it
+    crashed_mid_event(state_dir, time.time() - 1.0, drained=False, signalled=stubborn.identity)
+    fake.set(MAINTENANCE, "NONE")  # cleared while the daemon was down, before the restart; deadline passed
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        harness.wait_state("idle")
+        assert harness.metric(SIGNALS, signal="SIGKILL") == 0
+        record = harness.daemon.view.last_record
+        assert record is not None
+        assert record.outcome is not None
+        assert record.outcome.value == "cancelled"
+    assert stubborn.alive()
+    no_sigterm_within(stubborn, 0.5)
+
+
+def test_a_job_signalled_before_the_restart_is_killed_at_once_when_the_event_is_still_on(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    stubborn = workloads.start("report")
+    crashed_mid_event(state_dir, time.time() - 1.0, drained=False, signalled=stubborn.identity)
+    fake.set(MAINTENANCE, TERMINATE)
+    with DaemonHarness(state_dir, fake, workloads):
+        assert stubborn.popen.wait(timeout=20) == -signal.SIGKILL  # its deadline passed while we were down
+    no_sigterm_within(stubborn, 0.5)  # and no second SIGTERM on the way

@@ -99,7 +99,7 @@ class Daemon:
         self._next_scan = 0.0
         self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait)
         # Set again whenever the lifecycle changes, and on each tick.
-        self.runner.admit = self.newcomers.admitted(self._wall())
+        self._refresh_admission()
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -134,7 +134,7 @@ class Daemon:
                 self._ready_sent = True
                 self.notifier.ready(self.view.summary())
             self._guarded(self._timers, now)
-            self.runner.admit = self.newcomers.admitted(self._wall())
+            self._refresh_admission()
             self._wedge_if_asked()
         self._shutdown()
         return 0
@@ -206,9 +206,16 @@ class Daemon:
         if now < self._next_scan:
             return
         self._next_scan = now + RESCAN_INTERVAL
-        self.runner.admit = self.newcomers.admitted(self._wall())
+        self._refresh_admission()
         if self.runner.admit and late_arrivals(self.scanner, self.store, self.view, self.metrics):
             self._apply(self.lifecycle.late_arrivals(self._wall()))
+
+    def _refresh_admission(self) -> None:
+        """What the drain thread reads: may it signal newcomers, and is the event on file confirmed."""
+        now = self._wall()
+        self.runner.admit = self.newcomers.admitted(now)
+        if self.newcomers.settled(now):
+            self.runner.confirmed.set()
 
     # -- actions of the lifecycle --------------------------------------------------------------------
 
@@ -243,7 +250,7 @@ class Daemon:
 
     def _changed(self) -> None:
         """Persist, then show: the state file first, so a crash right now loses nothing."""
-        self.runner.admit = self.newcomers.admitted(self._wall())
+        self._refresh_admission()
         self.store.save_lifecycle(*to_records(self.lifecycle, self.config))
         self.runner.persisted.set()
         self.reporter.persistence()
@@ -275,7 +282,7 @@ class Daemon:
     def _start_drain(self, source: str, deadline: float, resume: bool) -> None:
         """Run the lifecycle's current drain. `resume` (or a late-arrival drain): the signals of this
         event's earlier drains, on file, still count."""
-        self.runner.admit = self.newcomers.admitted(self._wall())
+        self._refresh_admission()
         self.metrics.set_deadline(deadline)
         already: dict[ProcessIdentity, set[int]] = {}
         if resume:
@@ -291,6 +298,7 @@ class Daemon:
                 tuple(episode.event_ids) if episode else (),
                 bool(episode and episode.late),
                 already,
+                await_confirmation=resume and not self.newcomers.settled(self._wall()),
             )
         )
 
