@@ -11,8 +11,6 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-PF_KTHREAD = 0x00200000
-
 
 def stat_line(
     pid: int, name: str, state: str = "S", ppid: int = 1, flags: int = 0, start_time: int = 1000
