@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -192,6 +194,32 @@ def test_read_stat_and_the_scan_read_the_same_facts() -> None:
         scanned.ppid,
         scanned.start_time,
     )
+
+
+def test_children_are_those_of_every_thread() -> None:
+    """A child started from another thread is listed under that thread's task, not the main one's."""
+    started: list[subprocess.Popen[bytes]] = []
+    worker = threading.Thread(target=lambda: started.append(subprocess.Popen(["cat"], stdin=subprocess.PIPE)))
+    worker.start()
+    worker.join()
+    main = subprocess.Popen(["cat"], stdin=subprocess.PIPE)
+    try:
+        children = Procfs().children(os.getpid())
+        assert children is not None
+        assert {main.pid, started[0].pid} <= set(children)
+        assert children == sorted(children)
+        assert Procfs().children(main.pid) == []
+    finally:
+        for proc in (main, *started):
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=20)
+
+
+def test_children_are_unknown_without_the_kernel_lists_or_the_process(tmp_path: Path) -> None:
+    ProcTree(tmp_path / "proc").add(310)
+    assert Procfs(str(tmp_path / "proc")).children(310) is None  # a fixture tree keeps no task/ lists
+    assert Procfs(str(tmp_path / "proc")).children(311) is None
 
 
 def test_fd_link_to_nowhere_is_still_a_link(tmp_path: Path) -> None:

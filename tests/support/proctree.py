@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+BOOT_TIME = 1_700_000_000  # the fixture machine booted at this wall-clock second
+
 
 def stat_line(
     pid: int, name: str, state: str = "S", ppid: int = 1, flags: int = 0, start_time: int = 1000
@@ -31,6 +33,7 @@ class ProcTree:
         root.mkdir(parents=True, exist_ok=True)
         (root / "self").symlink_to("1")  # like the real thing: non-numeric entries are not processes
         (root / "sys").mkdir()
+        (root / "stat").write_text(f"cpu  0 0 0 0\nbtime {BOOT_TIME}\n")  # psutil's start times count from it
 
     def add(
         self,
