@@ -2,12 +2,12 @@
 children. User and start time come from psutil, which turns each way a process can vanish or hide into one
 exception and checks PID reuse itself.
 
-Hand-written where measured faster (docs/benchmarks.md, section psutil; CPU, medians of 4 runs): the scan
-(holders.py: psutil lists no fds that are device nodes); the facts the scan reads anyway to decide who is
-excluded (name, command line, uid, parent pid: psutil took 1.8x); the children (`Procfs.children`: psutil's
-took 1,750x on a busy host), with psutil's as the fallback where the kernel keeps no lists of children.
-Importing psutil costs ~48 ms of CPU, more than the rest of `holders` start-up, so only this module imports
-it, and only a command with holders to describe imports this module.
+Hand-written (docs/benchmarks.md, section psutil; CPU, medians of 5 runs): the scan (holders.py: psutil
+lists no fds that are device nodes); the facts the scan reads anyway to decide who is excluded (name,
+command line, uid, parent pid: psutil took 1.7x); the children (`Procfs.children`: psutil's took 1,800x on a
+busy host), with psutil's as the fallback where the kernel keeps no lists of children.
+Importing psutil costs ~48 ms of CPU, more than starting Python itself (~19 ms), so only this module
+imports it, and only a command with holders to describe imports this module.
 """
 
 from __future__ import annotations
