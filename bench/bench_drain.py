@@ -27,7 +27,7 @@ from watchdog.core.drain_record import DrainRecord, Outcome, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.daemon.drain import DrainListener, DrainPlan, drain
 from watchdog.host.holders import HolderScanner, ScanResult
-from watchdog.host.signals import start_time
+from watchdog.host.procfs import start_time
 from watchdog.store.statefile import StateStore
 
 FANOUT = 500

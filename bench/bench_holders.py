@@ -10,6 +10,7 @@ process groups are killed as a last resort.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import resource
 import select
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 PARENTS = 100
@@ -87,7 +88,7 @@ ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTW
 Sample = tuple[float, float]  # (wall seconds, CPU seconds: user + system)
 
 
-def _timed(argv: list[str]) -> tuple[Sample, bytes]:
+def timed(argv: list[str]) -> tuple[Sample, bytes]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
@@ -128,10 +129,10 @@ def _measure(work_dir: Path, holder_pids: set[int]) -> dict[str, list[Sample]]:
     floor = "floor: one readlink per fd, nothing else (in-process)"
     samples: dict[str, list[Sample]] = {name: [] for name in [*commands, *scanners, floor]}
     for argv in commands.values():
-        _timed(argv)  # warm-up, not measured: bytecode written, caches as warm for every tool
+        timed(argv)  # warm-up, not measured: bytecode written, caches as warm for every tool
     for _ in range(ROUNDS):
         for name, argv in commands.items():
-            sample, out = _timed(argv)
+            sample, out = timed(argv)
             samples[name].append(sample)
             found_by_tool = checks[name](out) if name in checks else holder_pids
             if found_by_tool != holder_pids:
@@ -203,9 +204,19 @@ def _stop(procs: list[subprocess.Popen[bytes]], control_write: int | None) -> No
             proc.stdout.close()
 
 
-def run() -> str:
-    if shutil.which("lsof") is None or shutil.which("fuser") is None:
-        return "## holders\n\nSkipped: `lsof` and `fuser` (apt packages lsof, psmisc) are needed.\n"
+@dataclasses.dataclass(frozen=True)
+class BusyHost:
+    """The busy host while it stands: its device nodes, the processes holding them, and its size."""
+
+    work_dir: Path
+    holder_pids: set[int]
+    processes: int  # started here, holders included
+    fds: int  # open in those processes
+
+
+@contextlib.contextmanager
+def busy_host() -> Iterator[BusyHost]:
+    """Start the sleepers and the device holders, yield once all are ready, stop them all on the way out."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
     work_dir = Path(tempfile.mkdtemp(prefix="bench-holders-", dir="/tmp"))  # /tmp is ext4 here (mknod)
@@ -241,14 +252,25 @@ def run() -> str:
         fds = _count_fds(all_pids)
         setup_s = time.monotonic() - started
         sys.stderr.write(f"{len(all_pids)} processes, {fds} fds, ready in {setup_s:.1f} s; measuring\n")
-        samples = _measure(work_dir, {p.pid for p in holders})
-        host_procs = sum(1 for name in os.listdir("/proc") if name.isdigit())
+        yield BusyHost(work_dir, {p.pid for p in holders}, len(all_pids), fds)
     finally:
         if control_read >= 0:
             os.close(control_read)
         _stop(procs, control)
         shutil.rmtree(work_dir, ignore_errors=True)
-    return _report(samples, len(all_pids), fds, host_procs)
+
+
+def host_processes() -> int:
+    return sum(1 for name in os.listdir("/proc") if name.isdigit())
+
+
+def run() -> str:
+    if shutil.which("lsof") is None or shutil.which("fuser") is None:
+        return "## holders\n\nSkipped: `lsof` and `fuser` (apt packages lsof, psmisc) are needed.\n"
+    with busy_host() as host:
+        samples = _measure(host.work_dir, host.holder_pids)
+        host_procs = host_processes()
+    return _report(samples, host.processes, host.fds, host_procs)
 
 
 def _report(samples: dict[str, list[Sample]], procs: int, fds: int, host_procs: int) -> str:

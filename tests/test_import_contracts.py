@@ -61,6 +61,7 @@ def test_the_copy_as_it_is_keeps_every_contract(tree: Path) -> None:
         ("watchdog.config.settings", LAZY.format("watchdog.surface.hooks"), "layers:"),  # the old cycle
         ("watchdog.surface.metrics", TOP.format("watchdog.commands.status"), "layers:"),
         ("watchdog.host.procfs", TOP.format("urllib3"), "requests, urllib3: metadata only"),
+        ("watchdog.commands.holders", LAZY.format("psutil"), "psutil: host only"),
         ("watchdog.daemon.drain", TOP.format("watchdog.fake.store"), "fake: imported by commands only"),
         ("watchdog.commands.drill", TOP.format("watchdog.daemon.loop"), "commands: the daemon through"),
         ("watchdog.config.values", LAZY.format("watchdog.config.settings"), "no import cycles"),

@@ -8,6 +8,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,20 @@ import pytest
 from tests.support.proctree import ProcTree
 
 HOLD = "import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); print('ready', flush=True); sys.stdin.read()"
+# A job that holds the node and forks a child that does not; both wait on the stdin they share.
+JOB = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+child = os.fork()
+if child == 0:
+    os.close(fd)
+    sys.stdin.read()
+    os._exit(0)
+print(child, flush=True)
+sys.stdin.read()
+os.waitpid(child, 0)
+"""
+COLUMNS = ["COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "FD-DEVICES", "CGROUP", "ARGS"]
 
 
 def holders(*args: str) -> subprocess.CompletedProcess[str]:
@@ -25,6 +40,7 @@ def holders(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         timeout=60,
+        env={**os.environ, "TZ": "UTC"},
     )
 
 
@@ -57,10 +73,46 @@ def test_table_lists_the_holder_like_lsof(node: Path, holder: subprocess.Popen[s
     done = holders("--device", f"{node.parent}/accel*")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["COMMAND", "PID", "USER", "FD-DEVICES", "CGROUP"]
-    rows = {int(line.split()[1]): line.split() for line in lines[1:]}
-    assert rows[holder.pid][2] == "root"
-    assert rows[holder.pid][3] == str(node)
+    assert lines[0].split() == COLUMNS
+    rows = {int(line.split()[1]): re.split(r"  +", line) for line in lines[1:]}
+    assert rows[holder.pid][2:4] == [str(os.getpid()), "root"]
+    assert rows[holder.pid][5:7] == ["-", str(node)]  # no children; the node
+    assert rows[holder.pid][8] == f"{sys.executable} -c {' '.join(HOLD.split())} {node}"  # argv on one line
+
+
+@pytest.fixture
+def job(node: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A job in its own session holding the node, and the pid of the child it forked."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", JOB, str(node)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())  # said once the job holds the node and has forked
+    yield proc, child
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    proc.stdout.close()
+
+
+def test_a_job_s_parent_children_user_and_start_time(
+    node: Path, job: tuple[subprocess.Popen[str], int]
+) -> None:
+    proc, child = job
+    done = holders("--device", f"{node.parent}/accel*", "--json")
+    assert done.returncode == 0, done.stderr
+    entry = {e["pid"]: e for e in json.loads(done.stdout)}[proc.pid]
+    assert child not in {e["pid"] for e in json.loads(done.stdout)}  # it closed the node: not a holder
+    assert (entry["ppid"], entry["children"], entry["user"]) == (os.getpid(), [child], "root")
+    assert abs(entry["create_time"] - time.time()) < 60
+    table = holders("--device", f"{node.parent}/accel*")
+    row = {int(line.split()[1]): re.split(r"  +", line) for line in table.stdout.splitlines()[1:]}[proc.pid]
+    started = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(entry["create_time"]))
+    assert row[2:6] == [str(os.getpid()), "root", started, str(child)]
 
 
 def test_json_lists_the_holder(node: Path, holder: subprocess.Popen[str]) -> None:
@@ -68,7 +120,10 @@ def test_json_lists_the_holder(node: Path, holder: subprocess.Popen[str]) -> Non
     assert done.returncode == 0, done.stderr
     found = {entry["pid"]: entry for entry in json.loads(done.stdout)}
     entry = found[holder.pid]
-    assert set(entry) >= {"pid", "start_time", "name", "cmdline", "uid", "devices", "cgroup"}
+    assert set(entry) == {
+        *("pid", "start_time", "name", "cmdline", "uid", "ppid", "devices", "cgroup"),
+        *("user", "create_time", "children"),  # psutil's facts
+    }
     assert entry["devices"] == [str(node)]
     assert entry["cmdline"][:2] == [sys.executable, "-c"]
     assert entry["uid"] == 0
@@ -106,10 +161,23 @@ def test_fixture_tree_shows_names_uids_and_cgroups(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     rows = [re.split(r"  +", line) for line in done.stdout.splitlines()]
+    started = "2023-11-14T22:13:30"  # the fixture's boot second plus 1000 ticks, in UTC
+    session = "/user.slice/user-0.slice/session-1.scope"
+    argv = "python3 train.py"
     assert rows == [
-        ["COMMAND", "PID", "USER", "FD-DEVICES", "CGROUP"],
-        ["train one", "4000", "root", f"{dev}/accel0,{dev}/accel1", "/kubepods/pod1/c1"],
-        ["lockholder", "4001", "4242424", str(lock), "/user.slice/user-0.slice/session-1.scope"],
+        COLUMNS,
+        [
+            "train one",
+            "4000",
+            "1",
+            "root",
+            started,
+            "-",
+            f"{dev}/accel0,{dev}/accel1",
+            "/kubepods/pod1/c1",
+            argv,
+        ],
+        ["lockholder", "4001", "1", "4242424", started, "-", str(lock), session, argv],
     ]
     assert len({column_starts(line) for line in done.stdout.splitlines()}) == 1  # aligned like lsof
 
@@ -139,10 +207,12 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     assert "error" in done.stderr
 
 
-def test_start_up_stays_light(tmp_path: Path) -> None:
-    """`holders` runs in shells and probes: it must not pay for the daemon's heavy imports."""
+@pytest.mark.parametrize(("held", "loaded"), [(True, "psutil"), (False, "")])
+def test_start_up_stays_light(tmp_path: Path, held: bool, loaded: str) -> None:
+    """`holders` runs in shells and probes: it must not pay for the daemon's heavy imports, nor for psutil
+    unless there is a holder to describe."""
     (tmp_path / "accel0").write_text("")
-    ProcTree(tmp_path / "proc").add(4200, fds={3: str(tmp_path / "accel0")})
+    ProcTree(tmp_path / "proc").add(4200, fds={3: str(tmp_path / ("accel0" if held else "other"))})
     heavy = ("requests", "prometheus_client", "psutil", "systemd")
     argv = ["holders", "--device", f"{tmp_path}/accel*", "--proc-root", str(tmp_path / "proc")]
     code = (
@@ -155,6 +225,6 @@ def test_start_up_stays_light(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
     )
-    assert done.returncode == 0, done.stderr
-    assert "4200" in done.stdout
-    assert done.stderr == ""
+    assert done.returncode == (0 if held else 1), done.stderr
+    assert ("4200" in done.stdout) == held
+    assert done.stderr.rsplit("\n", 1)[-1] == loaded

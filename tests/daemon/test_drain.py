@@ -20,7 +20,8 @@ from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.drain_record import DrainRecord, End, ExitStatus, Outcome, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.daemon.drain import DrainListener, DrainPlan, drain
-from watchdog.host.signals import PidfdSignaller, start_time
+from watchdog.host.procfs import start_time
+from watchdog.host.signals import PidfdSignaller
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
 

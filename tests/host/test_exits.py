@@ -17,7 +17,8 @@ from tests.support.workloads import Workloads
 from watchdog.core.drain_record import ExitStatus, SignalResult
 from watchdog.core.process import ProcessIdentity
 from watchdog.host.exits import PidfdExitWaiter
-from watchdog.host.signals import ProcessHandles, start_time
+from watchdog.host.procfs import start_time
+from watchdog.host.signals import ProcessHandles
 
 
 @pytest.fixture

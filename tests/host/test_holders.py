@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.proctree import PF_KTHREAD, ProcTree
+from tests.support.proctree import ProcTree
 from tests.support.waiting import wait_for
 from watchdog.core.process import ProcessIdentity
 from watchdog.host.holders import Excludes, HolderScanner, ScanResult, find_devices
+from watchdog.host.procfs import PF_KTHREAD
 
 # ---------------------------------------------------------------- fixture trees
 

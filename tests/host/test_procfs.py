@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
 
-from tests.support.proctree import PF_KTHREAD, ProcTree, stat_line
+from tests.support.proctree import ProcTree, stat_line
 from watchdog.host.procfs import (
+    PF_EXITING,
+    PF_KTHREAD,
     ProcessGoneError,
     ProcessUnreadableError,
     Procfs,
@@ -17,6 +21,8 @@ from watchdog.host.procfs import (
     parse_real_uid,
     parse_stat,
     pick_cgroup,
+    read_stat,
+    start_time,
 )
 
 
@@ -34,6 +40,22 @@ def test_stat_flags_tell_kernel_threads_and_zombies() -> None:
     assert not kthread.is_zombie
     assert zombie.is_zombie
     assert not zombie.is_kernel_thread
+
+
+def test_stat_flags_tell_a_process_that_began_exiting() -> None:
+    assert parse_stat(stat_line(9, "train", flags=PF_EXITING | 0x40)).is_exiting
+    assert not parse_stat(stat_line(9, "train", flags=0x40)).is_exiting
+
+
+def test_exit_code_is_field_52_and_absent_on_short_lines() -> None:
+    line = stat_line(10, "gone", state="Z")
+    fields = line.split()
+    fields[-1] = "256"  # the wait status of exit(1)
+    assert parse_stat(" ".join(fields)).exit_code == 256
+    assert parse_stat(line).exit_code == 0
+    short = " ".join(line.split()[:22])  # a kernel before 3.5 stops at field 44; 22 is all the scan needs
+    assert parse_stat(short).exit_code is None
+    assert parse_stat(short).start_time == 1000
 
 
 def test_real_stat_of_this_process_parses() -> None:
@@ -142,6 +164,62 @@ def test_empty_stat_is_gone_and_garbage_stat_is_unreadable(tmp_path: Path) -> No
         procfs.stat(304)
     with pytest.raises(ProcessUnreadableError, match="Uid"):
         procfs.real_uid(305)
+
+
+def test_read_stat_survives_odd_names_and_is_none_once_gone(tmp_path: Path) -> None:
+    """The read before a signal: None (never an exception) for a missing, empty or truncated stat."""
+    tree = ProcTree(tmp_path / "proc")
+    tree.add(42, "a) b) (c", start_time=22)
+    (tree.add(44) / "stat").write_text("44 (truncated")
+    (tree.add(45) / "stat").write_text("")
+    root = str(tmp_path / "proc")
+    stat = read_stat(42, root)
+    assert stat is not None
+    assert (stat.name, stat.state, stat.start_time) == ("a) b) (c", "S", 22)
+    assert start_time(42, root) == 22
+    assert read_stat(43, root) is None
+    assert start_time(43, root) is None
+    assert read_stat(44, root) is None
+    assert read_stat(45, root) is None
+    (tmp_path / "proc" / "46").write_text("")  # a file where a pid directory should be: ENOTDIR
+    assert read_stat(46, root) is None
+
+
+def test_read_stat_and_the_scan_read_the_same_facts() -> None:
+    quick, scanned = read_stat(os.getpid()), Procfs().stat(os.getpid())
+    assert quick is not None
+    assert (quick.pid, quick.name, quick.ppid, quick.start_time) == (
+        scanned.pid,
+        scanned.name,
+        scanned.ppid,
+        scanned.start_time,
+    )
+
+
+def test_children_are_those_of_every_thread() -> None:
+    """A child started from another thread is listed under that thread's task, not the main one's."""
+    started: list[subprocess.Popen[bytes]] = []
+    worker = threading.Thread(target=lambda: started.append(subprocess.Popen(["cat"], stdin=subprocess.PIPE)))
+    worker.start()
+    worker.join()
+    main = subprocess.Popen(["cat"], stdin=subprocess.PIPE)
+    try:
+        children = Procfs().children(os.getpid())
+        assert children is not None
+        assert {main.pid, started[0].pid} <= set(children)
+        assert children == sorted(children)
+        assert Procfs().children(main.pid) == []
+    finally:
+        for proc in (main, *started):
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=20)
+
+
+def test_children_are_unknown_without_the_kernel_lists_or_the_process(tmp_path: Path) -> None:
+    ProcTree(tmp_path / "proc").add(310)
+    assert Procfs(str(tmp_path / "proc")).children(310) is None  # a fixture tree keeps no task/ lists
+    assert Procfs(str(tmp_path / "proc")).children(311) is None
 
 
 def test_fd_link_to_nowhere_is_still_a_link(tmp_path: Path) -> None:

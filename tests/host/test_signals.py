@@ -14,15 +14,8 @@ import pytest
 
 from tests.support.workloads import Child, Workloads
 from watchdog.core.process import ProcessIdentity
-from watchdog.host.signals import (
-    PF_KTHREAD,
-    DryRunSignaller,
-    PidfdSignaller,
-    ProcessHandles,
-    SignalResult,
-    read_stat,
-    start_time,
-)
+from watchdog.host.procfs import read_stat, start_time
+from watchdog.host.signals import DryRunSignaller, PidfdSignaller, ProcessHandles, SignalResult
 
 
 @pytest.fixture
@@ -63,10 +56,8 @@ def test_a_changed_identity_is_never_signalled(workloads: Workloads, handles: Pr
 def kernel_thread() -> ProcessIdentity:
     """A real kernel thread of this machine (kthreadd and its children carry PF_KTHREAD)."""
     for name in sorted(os.listdir("/proc"), key=lambda n: int(n) if n.isdigit() else 0):
-        if name.isdigit() and (fields := read_stat(int(name))) is not None and int(fields[6]) & PF_KTHREAD:
-            start = start_time(int(name))
-            assert start is not None
-            return ProcessIdentity(int(name), start)
+        if name.isdigit() and (stat := read_stat(int(name))) is not None and stat.is_kernel_thread:
+            return ProcessIdentity(int(name), stat.start_time)
     pytest.skip("no kernel thread visible in this PID namespace")
 
 
@@ -154,20 +145,6 @@ def test_a_process_we_may_not_signal_is_denied(workloads: Workloads, use_pidfd: 
     assert probe.stdout == "denied denied"
     os.kill(child.identity.pid, signal.SIGUSR1)
     child.expect("usr1")
-
-
-def test_stat_fields_survive_odd_names(tmp_path: Path) -> None:
-    (tmp_path / "42").mkdir()
-    rest = " ".join(["S"] + [str(n) for n in range(4, 53)])
-    (tmp_path / "42" / "stat").write_text(f"42 (a) b) (c) {rest}\n")
-    fields = read_stat(42, str(tmp_path))
-    assert fields is not None
-    assert fields[0] == "S"
-    assert start_time(42, str(tmp_path)) == 22
-    assert read_stat(43, str(tmp_path)) is None
-    (tmp_path / "44").mkdir()
-    (tmp_path / "44" / "stat").write_text("44 (truncated")
-    assert read_stat(44, str(tmp_path)) is None
 
 
 def test_handles_are_opened_once_and_closed(workloads: Workloads) -> None:

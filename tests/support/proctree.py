@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-PF_KTHREAD = 0x00200000
+BOOT_TIME = 1_700_000_000  # the fixture machine booted at this wall-clock second
 
 
 def stat_line(
@@ -33,6 +33,7 @@ class ProcTree:
         root.mkdir(parents=True, exist_ok=True)
         (root / "self").symlink_to("1")  # like the real thing: non-numeric entries are not processes
         (root / "sys").mkdir()
+        (root / "stat").write_text(f"cpu  0 0 0 0\nbtime {BOOT_TIME}\n")  # psutil's start times count from it
 
     def add(
         self,

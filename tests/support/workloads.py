@@ -22,7 +22,7 @@ from pathlib import Path
 
 from watchdog.core.process import ProcessIdentity
 from watchdog.host.holders import HolderScanner, ScanResult
-from watchdog.host.signals import start_time
+from watchdog.host.procfs import start_time
 
 # Modes: default (SIGTERM's default action), handled (saves, exits 0), slow (exits 0 ~1 s after SIGTERM),
 # ignore (SIG_IGN: needs SIGKILL), release (closes the device on SIGTERM, keeps running; opens it again on

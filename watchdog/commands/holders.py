@@ -1,22 +1,30 @@
 """`tpu-watchdog holders`: list the processes holding the TPU device files, like `lsof /dev/accel*`.
 
 Exit 0 when something holds a device, 1 when nothing does (so scripts can test it), 2 on a usage error.
-Start-up is kept light on purpose (it runs in shells and probes): only the scanner and the standard library.
+Start-up is kept light on purpose (it runs in shells and probes): only the scanner and the standard library;
+psutil, for the facts of each holder (`watchdog/host/facts.py`), only once there is a holder to describe.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import pwd
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from watchdog.core.process import Holder
 from watchdog.exitcodes import EXIT_NO_HOLDERS, EXIT_OK, EXIT_USAGE
 from watchdog.host.holders import DEFAULT_PATTERNS, HolderScanner, ScanResult
 
-COLUMNS = ("COMMAND", "PID", "USER", "FD-DEVICES", "CGROUP")
+if TYPE_CHECKING:  # typing only: psutil is imported when there are holders to describe
+    from watchdog.core.process import ProcessIdentity
+    from watchdog.host.facts import HolderFacts
+
+    Facts = Mapping[ProcessIdentity, HolderFacts]
+
+COLUMNS = ("COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "FD-DEVICES", "CGROUP", "ARGS")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,48 +49,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def user_name(uid: int, cache: dict[int, str]) -> str:
-    """The login name of `uid`, or the number itself when the password database has no entry."""
-    if uid not in cache:
-        try:
-            cache[uid] = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            cache[uid] = str(uid)
-    return cache[uid]
-
-
-def as_json(holders: Sequence[Holder]) -> str:
+def as_json(holders: Sequence[Holder], facts: Facts) -> str:
     import json  # only --json pays for it
 
-    return json.dumps(
-        [
-            {
-                "pid": h.pid,
-                "start_time": h.identity.start_time,
-                "name": h.name,
-                "cmdline": list(h.cmdline),
-                "uid": h.uid,
-                "ppid": h.ppid,
-                "devices": list(h.devices),
-                "cgroup": h.cgroup,
-            }
-            for h in holders
-        ],
-        indent=2,
-    )
+    return json.dumps([_entry(h, facts.get(h.identity)) for h in holders], indent=2)
 
 
-def as_table(holders: Sequence[Holder]) -> str:
-    names: dict[int, str] = {}
-    rows = [COLUMNS] + [
-        (h.name, str(h.pid), user_name(h.uid, names), ",".join(h.devices), h.cgroup or "-") for h in holders
-    ]
+def _entry(h: Holder, facts: HolderFacts | None) -> dict[str, object]:
+    """One holder in --json; the keys from "user" on are `holder_facts`', null where unknown."""
+    return {
+        "pid": h.pid,
+        "start_time": h.identity.start_time,
+        "name": h.name,
+        "cmdline": list(h.cmdline),
+        "uid": h.uid,
+        "ppid": h.ppid,
+        "devices": list(h.devices),
+        "cgroup": h.cgroup,
+        "user": None if facts is None else facts.user,
+        "create_time": None if facts is None else facts.create_time,
+        "children": None if facts is None or facts.children is None else list(facts.children),
+    }
+
+
+def as_table(holders: Sequence[Holder], facts: Facts) -> str:
+    rows = [COLUMNS] + [_row(h, facts.get(h.identity)) for h in holders]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
     lines = []
     for row in rows:
         padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
         lines.append("  ".join([*padded, row[-1]]))
     return "\n".join(lines)
+
+
+def _row(h: Holder, facts: HolderFacts | None) -> tuple[str, ...]:
+    """One holder in the table: "-" where a fact is unknown, the uid itself where the user is."""
+    user = facts.user if facts is not None and facts.user is not None else str(h.uid)
+    created = None if facts is None else facts.create_time
+    started = "-" if created is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created))
+    children = None if facts is None else facts.children
+    return (
+        h.name,
+        str(h.pid),
+        str(h.ppid),
+        user,
+        started,
+        ",".join(map(str, children)) if children else "-",
+        ",".join(h.devices),
+        h.cgroup or "-",
+        " ".join(" ".join(h.cmdline).split()) or "-",  # one line, whatever the argv holds (python -c "...")
+    )
 
 
 def _summary(result: ScanResult, patterns: Sequence[str]) -> str:
@@ -107,10 +123,15 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     scanner = HolderScanner(patterns=patterns, extra_paths=args.extra_paths, proc_root=args.proc_root)
     result = scanner.scan()
+    facts: Facts = {}
+    if result.holders:
+        from watchdog.host.facts import holder_facts  # psutil: only with holders to describe
+
+        facts = holder_facts(result.holders, args.proc_root)
     if args.json:
-        sys.stdout.write(as_json(result.holders) + "\n")
+        sys.stdout.write(as_json(result.holders, facts) + "\n")
     elif result.holders:
-        sys.stdout.write(as_table(result.holders) + "\n")
+        sys.stdout.write(as_table(result.holders, facts) + "\n")
     if not result.holders:
         sys.stderr.write(_summary(result, patterns) + "\n")
         return EXIT_NO_HOLDERS

@@ -13,13 +13,11 @@ import select
 
 from watchdog.core.drain_record import UNKNOWN_EXIT, ExitStatus, SignalResult
 from watchdog.core.process import ProcessIdentity
-from watchdog.host.signals import Handle, ProcessHandles, read_stat
-
-PF_EXITING = 0x4  # task flag (field 9 of /proc/PID/stat), set when do_exit() starts, before files are closed
-_STATE, _FLAGS, _START, _EXIT_CODE = 3 - 3, 9 - 3, 22 - 3, 52 - 3  # indexes into read_stat() fields
+from watchdog.host.procfs import PROC, read_stat
+from watchdog.host.signals import Handle, ProcessHandles
 
 
-def exit_status(handle: Handle, proc_root: str = "/proc") -> ExitStatus:
+def exit_status(handle: Handle, proc_root: str = PROC) -> ExitStatus:
     """How an exited process ended. Our own children: waitid(P_PIDFD, WNOWAIT), which does not reap them.
     Others: field 52 of /proc/PID/stat while it is still a zombie (shown only to root or its owner; before
     its parent reaps it). Otherwise unknown."""
@@ -34,17 +32,16 @@ def exit_status(handle: Handle, proc_root: str = "/proc") -> ExitStatus:
             if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
                 return ExitStatus(signal=info.si_status)
     try:
-        fields = read_stat(handle.identity.pid, proc_root)
+        stat = read_stat(handle.identity.pid, proc_root)
     except PermissionError:
         return UNKNOWN_EXIT
     if (
-        fields is not None
-        and len(fields) > _EXIT_CODE
-        and fields[_STATE] == "Z"
-        and fields[_START] == str(handle.identity.start_time)
-        and fields[_EXIT_CODE].isdigit()
+        stat is not None
+        and stat.exit_code is not None
+        and stat.state == "Z"
+        and stat.start_time == handle.identity.start_time
     ):
-        return ExitStatus.from_wait_status(int(fields[_EXIT_CODE]))
+        return ExitStatus.from_wait_status(stat.exit_code)
     return UNKNOWN_EXIT
 
 
@@ -98,15 +95,14 @@ class PidfdExitWaiter:
             if probe.poll(0):
                 return False
         try:
-            fields = read_stat(identity.pid, self.handles.proc_root)
+            stat = read_stat(identity.pid, self.handles.proc_root)
         except PermissionError:
             return False
-        return bool(
-            fields is not None
-            and fields[_START] == str(identity.start_time)
-            and fields[_STATE] not in ("Z", "X", "x")
-            and fields[_FLAGS].isdigit()
-            and not int(fields[_FLAGS]) & PF_EXITING
+        return (
+            stat is not None
+            and stat.start_time == identity.start_time
+            and stat.state not in ("Z", "X", "x")
+            and not stat.is_exiting
         )
 
     def unwatch(self, identity: ProcessIdentity) -> None:
@@ -124,7 +120,7 @@ class PidfdExitWaiter:
 
     def _alive(self, identity: ProcessIdentity) -> bool:
         try:
-            fields = read_stat(identity.pid, self.handles.proc_root)
+            stat = read_stat(identity.pid, self.handles.proc_root)
         except PermissionError:
             return True
-        return fields is not None and fields[_START] == str(identity.start_time) and fields[_STATE] != "Z"
+        return stat is not None and stat.start_time == identity.start_time and stat.state != "Z"

@@ -20,59 +20,17 @@ from dataclasses import dataclass
 
 from watchdog.core.drain_record import SignalResult
 from watchdog.core.process import ProcessIdentity
+from watchdog.host.procfs import PROC, ProcStat, read_stat, start_time
 
-__all__ = ["DryRunSignaller", "Handle", "PidfdSignaller", "ProcessHandles", "SignalResult", "read_stat"]
-
-PROC = "/proc"
-PF_KTHREAD = 0x00200000  # /proc/PID/stat field 9 (flags): a kernel thread; signalling one is meaningless
+__all__ = ["DryRunSignaller", "Handle", "PidfdSignaller", "ProcessHandles", "SignalResult"]
 
 
-def protected(pid: int, stat_fields: list[str] | None) -> bool:
+def protected(pid: int, stat: ProcStat | None) -> bool:
     """PID 1, this process, or a kernel thread: never signalled, whatever a scan claims (the scanner leaves
     them out; this is the last line, right before the syscall)."""
     if pid <= 1 or pid == os.getpid():
         return True
-    if stat_fields is None:
-        return False
-    try:
-        return bool(int(stat_fields[9 - 3]) & PF_KTHREAD)
-    except (ValueError, IndexError):
-        return True  # a stat line we cannot read is no licence to signal
-
-
-def read_stat(pid: int, proc_root: str = PROC) -> list[str] | None:
-    """Fields of /proc/PID/stat from field 3 (state) on, so field N is at index N - 3; None if it is gone.
-
-    The name (field 2) can hold spaces and parentheses: everything after the LAST ')' is split."""
-    try:
-        fd = os.open(f"{proc_root}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)  # raw: read once per signal
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
-    try:
-        raw = os.read(fd, 4096)
-    except ProcessLookupError:  # ESRCH: it went away between open and read
-        return None
-    finally:
-        os.close(fd)
-    _, sep, rest = raw.rpartition(b")")
-    fields = rest.decode("ascii", "replace").split()
-    if not sep or len(fields) < 20:
-        return None  # empty read of a vanishing process, or not a stat file
-    return fields
-
-
-def start_time(pid: int, proc_root: str = PROC) -> int | None:
-    """Field 22 of /proc/PID/stat (clock ticks since boot), or None if the process is gone."""
-    return _start_of(read_stat(pid, proc_root))
-
-
-def _start_of(fields: list[str] | None) -> int | None:
-    if fields is None:
-        return None
-    try:
-        return int(fields[22 - 3])
-    except ValueError:
-        return None
+    return stat is not None and stat.is_kernel_thread
 
 
 @dataclass(frozen=True)
@@ -103,16 +61,16 @@ class ProcessHandles:
         if fd == -1:
             return SignalResult.GONE
         try:
-            fields = read_stat(identity.pid, self.proc_root)
+            stat = read_stat(identity.pid, self.proc_root)
         except PermissionError:  # hidepid=: we may not look, so we may not signal
             if fd is not None:
                 os.close(fd)
             return SignalResult.DENIED
-        if fields is not None and protected(identity.pid, fields):
+        if protected(identity.pid, stat):
             if fd is not None:
                 os.close(fd)
             return SignalResult.PROTECTED
-        now = _start_of(fields)
+        now = None if stat is None else stat.start_time  # None (gone, or no stat line) never matches
         if now != identity.start_time:
             if fd is not None:
                 gone = _pidfd_gone(fd)

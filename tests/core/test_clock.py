@@ -1,0 +1,31 @@
+"""The real clocks: monotonic never goes back and is not the wall clock; wall is seconds since the epoch.
+`SystemClock` satisfies the `Clock` protocol the pure core is written against."""
+
+from __future__ import annotations
+
+import time
+
+from watchdog.core.clock import Clock, SystemClock
+
+
+def test_wall_is_seconds_since_the_epoch() -> None:
+    clock = SystemClock()
+    before = time.time()
+    now = clock.wall()
+    assert before <= now <= time.time()
+
+
+def test_monotonic_is_the_monotonic_clock_and_never_goes_back() -> None:
+    clock = SystemClock()
+    before = time.monotonic()
+    readings = [clock.monotonic() for _ in range(1000)]
+    assert readings == sorted(readings)
+    assert before <= readings[0] <= readings[-1] <= time.monotonic()
+    assert abs(clock.monotonic() - clock.wall()) > 3600  # boot-relative, not the epoch: never mixed up
+
+
+def test_the_system_clock_is_a_clock() -> None:
+    def deadline(clock: Clock, after: float) -> float:  # how the core uses any Clock
+        return clock.monotonic() + after
+
+    assert deadline(SystemClock(), 5.0) > time.monotonic()
