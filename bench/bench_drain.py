@@ -2,7 +2,7 @@
 
 1. Fan-out: SIGTERM to 500 holders (pidfd open, identity re-check, send, both hooks) in <= 100 ms.
 2. Last-exit detection: from the last holder's exit (it writes a monotonic timestamp to a pipe just before
-   _exit) to drain() returning, p99 <= 50 ms.
+   _exit) to run_drain() returning, p99 <= 50 ms.
 
 Holders are forked from this process (cheap: copy-on-write) and inherit an fd of a device node made in a
 temporary directory. The scanner is the real one, narrowed to these children so nothing else is ever
@@ -23,9 +23,10 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-from watchdog.core.drain_record import DrainRecord, Outcome, SignalResult
+from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.daemon.drain import DrainListener, DrainPlan, drain
+from watchdog.core.vocabulary import Outcome
+from watchdog.daemon.drain import DrainListener, DrainPlan, run_drain
 from watchdog.host.holders import HolderScanner, ScanResult
 from watchdog.host.procfs import start_time
 from watchdog.store.statefile import StateStore
@@ -76,8 +77,8 @@ def reap(holders: list[Holder]) -> None:
 
 
 def fanout(device: str, device_fd: int, state_dir: str | None = None) -> tuple[float, float, float]:
-    """ms from drain() start to the last SIGTERM sent, from the first intent to the last send, and from
-    drain() start until all had exited. Holders: `sleep` processes whose stdin is the device. With
+    """ms from run_drain() start to the last SIGTERM sent, from the first intent to the last send, and from
+    run_drain() start until all had exited. Holders: `sleep` processes whose stdin is the device. With
     `state_dir`, the daemon's write-ahead is in the path too: a real StateStore, one write per wave."""
     sleepers = [subprocess.Popen(["sleep", "1000"], stdin=device_fd) for _ in range(FANOUT)]
     try:
@@ -108,7 +109,7 @@ def fanout(device: str, device_fd: int, state_dir: str | None = None) -> tuple[f
                     store.record_sents([(i, signum, result.value) for i, signum, result in done])
 
         began = time.monotonic()
-        record = drain(holders, DrainPlan(grace=60), scanner=scanner, listener=Marks())
+        record = run_drain(holders, DrainPlan(grace=60), scanner=scanner, listener=Marks())
         assert record.outcome is Outcome.EXITED, record.outcome
         ms = [(marks[1] - began) * 1000, (marks[1] - marks[0]) * 1000, (time.monotonic() - began) * 1000]
         return ms[0], ms[1], ms[2]
@@ -137,7 +138,7 @@ def kernel_floor(device_fd: int) -> float:
 
 
 def last_exit_latency(device: str, device_fd: int) -> float:
-    """ms from the last holder's own timestamp just before _exit to drain() returning."""
+    """ms from the last holder's own timestamp just before _exit to run_drain() returning."""
     read_end, write_end = os.pipe()
 
     def last_words() -> None:
@@ -149,7 +150,7 @@ def last_exit_latency(device: str, device_fd: int) -> float:
     os.close(write_end)
     try:
         scanner = OwnScanner(device, {h.identity for h in holders})
-        record = drain(holders, DrainPlan(grace=60), scanner=scanner)
+        record = run_drain(holders, DrainPlan(grace=60), scanner=scanner)
         returned = time.monotonic()
         assert record.outcome is Outcome.EXITED, record.outcome
         (exited_at,) = struct.unpack("d", os.read(read_end, 8))
@@ -188,15 +189,15 @@ def run() -> str:
             "",
             "| what | goal | measured | met |",
             "| --- | --- | --- | --- |",
-            f"| SIGTERM fan-out to {FANOUT} holders: drain() start to the last send (3 runs) "
+            f"| SIGTERM fan-out to {FANOUT} holders: run_drain() start to the last send (3 runs) "
             f"| <= {FANOUT_GOAL_MS:.0f} ms | {ms(send_ms)} | {'yes' if fan_ok else 'NO'} |",
             f"| the same, first intent to last send (signals alone) | - | {ms([f[1] for f in fan])} | - |",
-            f"| {FANOUT} holders: drain() start to all exited | - | {ms([f[2] for f in fan])} | - |",
+            f"| {FANOUT} holders: run_drain() start to all exited | - | {ms([f[2] for f in fan])} | - |",
             f"| the same fan-out with the daemon's write-ahead state file (fsync'd, one write per wave) "
             f"| - | {ms([f[0] for f in persisted])} | - |",
             f"| kernel floor: bare pidfd_send_signal loop, same holders (each run after ours) | - "
             f"| {ms(floor)} | - |",
-            f"| last exit to drain() returning ({TRIALS} drains of 3 holders) "
+            f"| last exit to run_drain() returning ({TRIALS} drains of 3 holders) "
             f"| p99 <= {LATENCY_GOAL_MS:.0f} ms | p50 {p50:.2f} ms, p99 {p99:.2f} ms, "
             f"max {latencies[-1]:.2f} ms | {'yes' if lat_ok else 'NO'} |",
             "",

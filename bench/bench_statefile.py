@@ -13,8 +13,8 @@ import tempfile
 import time
 
 from bench.common import percentile
+from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.store.records import DrainState, EventRecord
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookContext, HookRunner
 
@@ -28,9 +28,9 @@ HOOK_RUNS = 30
 
 def _state_writes(state_dir: str) -> tuple[list[float], float]:
     store = StateStore(state_dir)
-    event = EventRecord("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", "bench", time.time())
-    drain = DrainState("terminating", event.first_seen, event.first_seen + 300, 300.0, "kill", ("bench",))
-    store.save_lifecycle([event], drain, None)
+    event = Event("bench", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", time.time())
+    drain = ActiveDrain(["bench"], event.first_seen, event.first_seen + 300)
+    store.save_lifecycle([event], drain, None, on_timeout="kill")
     intents: list[float] = []
     started = time.perf_counter()
     for pid in range(1000, 1000 + HOLDERS):

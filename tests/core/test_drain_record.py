@@ -11,12 +11,12 @@ from watchdog.core.drain_record import (
     DrainRecord,
     End,
     ExitStatus,
-    Outcome,
     ProcessRecord,
     SentSignal,
     SignalResult,
 )
 from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import Outcome
 
 
 @pytest.mark.parametrize(

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from watchdog.core.lifecycle import (
+    ActiveDrain,
     CancelDrain,
+    Event,
     EventCleared,
     EventStarted,
     Lifecycle,
     MoveDeadline,
     StartDrain,
-    State,
     Trigger,
 )
+from watchdog.core.vocabulary import DaemonState
 
 TERMINATE = Trigger("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 300.0)
 PREEMPTED = Trigger("preempted", "TRUE", 25.0)
@@ -28,23 +30,23 @@ def test_a_trigger_starts_one_drain_with_its_grace() -> None:
     start = actions[1]
     assert isinstance(start, StartDrain)
     assert start.deadline == 1300.0
-    assert life.state is State.DRAINING
+    assert life.state is DaemonState.DRAINING
 
 
 def test_nothing_happens_without_a_trigger() -> None:
     life = Lifecycle()
     assert life.observe("maintenance-event", None, now=1.0) == []
-    assert life.state is State.IDLE
+    assert life.state is DaemonState.IDLE
 
 
 def test_the_same_event_never_drains_twice() -> None:
     life = Lifecycle()
     life.observe("maintenance-event", TERMINATE, now=0.0)
     life.drain_finished("exited", now=100.0)
-    assert life.state is State.DRAINED
+    assert life.state is DaemonState.DRAINED
     # The watch reconnects and reports the same value again: same event, no second drain.
     assert life.observe("maintenance-event", TERMINATE, now=50.0) == []
-    assert life.state is State.DRAINED
+    assert life.state is DaemonState.DRAINED
 
 
 def test_a_new_episode_after_clearing_drains_again() -> None:
@@ -52,7 +54,7 @@ def test_a_new_episode_after_clearing_drains_again() -> None:
     life.observe("maintenance-event", TERMINATE, now=0.0)
     life.drain_finished("exited", now=100.0)
     assert kinds(life.observe("maintenance-event", None, now=10.0)) == [EventCleared]
-    assert life.state is State.IDLE
+    assert life.state is DaemonState.IDLE
     assert kinds(life.observe("maintenance-event", TERMINATE, now=20.0)) == [EventStarted, StartDrain]
 
 
@@ -61,9 +63,9 @@ def test_clearing_mid_drain_cancels_it() -> None:
     life.observe("maintenance-event", TERMINATE, now=0.0)
     actions = life.observe("maintenance-event", None, now=5.0)
     assert kinds(actions) == [EventCleared, CancelDrain]
-    assert life.state is State.DRAINING  # until the engine reports the cancellation
+    assert life.state is DaemonState.DRAINING  # until the engine reports the cancellation
     life.drain_finished("cancelled", now=100.0)
-    assert life.state is State.IDLE
+    assert life.state is DaemonState.IDLE
 
 
 def test_a_preemption_during_a_maintenance_drain_shortens_the_deadline() -> None:
@@ -98,7 +100,7 @@ def test_an_event_after_a_finished_drain_from_another_source_drains_again() -> N
     life = Lifecycle()
     life.observe("maintenance-event", TERMINATE, now=0.0)
     life.drain_finished("timed_out", now=100.0)
-    assert life.state is State.TIMED_OUT
+    assert life.state is DaemonState.TIMED_OUT
     actions = life.observe("preempted", PREEMPTED, now=400.0)
     assert kinds(actions) == [EventStarted, StartDrain]
 
@@ -125,7 +127,7 @@ def test_an_event_during_a_cancellation_gets_its_own_drain_afterwards() -> None:
     assert isinstance(start, StartDrain)
     assert start.event.source == "preempted"
     assert start.deadline == 30.1  # its own grace, counted from when it was seen
-    assert life.state is State.DRAINING
+    assert life.state is DaemonState.DRAINING
 
 
 def test_a_cancellation_is_asked_once() -> None:
@@ -156,7 +158,7 @@ def test_a_late_arrival_gets_a_drain_of_its_own_with_the_events_deadline() -> No
     assert life.drain.drain_id == start.drain_id != ""
     assert life.late_arrivals(1011.0) == []  # one drain at a time
     life.drain_finished("exited", 1012.0)
-    assert life.state is State.DRAINED
+    assert life.state is DaemonState.DRAINED
 
 
 def test_no_late_arrival_drain_without_an_event() -> None:
@@ -202,3 +204,25 @@ def test_a_drain_whose_events_all_cleared_admits_nobody() -> None:
     assert life.drain is not None
     assert not life.admits_newcomers(1002.0, unconfirmed_until=0.0)
     assert Lifecycle().admits_newcomers(1002.0, unconfirmed_until=0.0)  # no event, no drain: no restriction
+
+
+def test_restored_from_the_state_file() -> None:
+    """Events unconfirmed, an old event's deadline from the default grace, the drain resumed as a copy."""
+    event = Event("ev", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 100.0, confirmed=True)
+    drain = ActiveDrain(["ev"], 101.0, 350.0, cancelling=True)
+    life = Lifecycle.restored([event], drain, None, default_grace=250.0)
+    restored = life.events["maintenance-event"]
+    assert (restored.deadline, restored.confirmed) == (350.0, False)
+    assert life.drain == ActiveDrain(["ev"], 101.0, 350.0, drain_id=drain.drain_id)  # not cancelling
+    assert life.drain is not drain
+    assert life.drain.event_ids is not drain.event_ids
+    assert restored is not event
+    assert life.state is DaemonState.DRAINING
+
+
+def test_a_restored_drain_whose_events_all_cleared_is_over() -> None:
+    drain = ActiveDrain(["gone"], 101.0, 401.0)
+    life = Lifecycle.restored([], drain, None)
+    assert life.drain is None
+    assert life.last_outcome == "cancelled"
+    assert life.state is DaemonState.IDLE

@@ -14,7 +14,7 @@ from watchdog.core.metadata_values import (
     Preempted,
     UpcomingMaintenance,
 )
-from watchdog.core.policy import Policy, source_of, trigger, upcoming_drain_due
+from watchdog.core.policy import Policy, trigger, upcoming_drain_due
 
 UTC = dt.timezone.utc
 WINDOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -93,8 +93,3 @@ def test_drain_when_ongoing() -> None:
 def test_nothing_scheduled_or_complete_never_drains(value: UpcomingMaintenance) -> None:
     policy = Policy(drain_before_window=10**9, drain_when_ongoing=True)
     assert trigger(value, policy, now=WINDOW.timestamp()) is None
-
-
-def test_source_names() -> None:
-    assert source_of("instance/maintenance-event") == "maintenance-event"
-    assert source_of("instance/upcoming-maintenance") == "upcoming-maintenance"

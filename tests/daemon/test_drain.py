@@ -17,9 +17,10 @@ import pytest
 
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
-from watchdog.core.drain_record import DrainRecord, End, ExitStatus, Outcome, SignalResult
+from watchdog.core.drain_record import DrainRecord, End, ExitStatus, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.daemon.drain import DrainListener, DrainPlan, drain
+from watchdog.core.vocabulary import Outcome
+from watchdog.daemon.drain import DrainListener, DrainPlan, run_drain
 from watchdog.host.procfs import start_time
 from watchdog.host.signals import PidfdSignaller
 
@@ -73,7 +74,7 @@ def in_thread(
     holders: Sequence[Holder], plan: DrainPlan, **kwargs: Any
 ) -> tuple[ThreadPoolExecutor, Future[DrainRecord]]:
     pool = ThreadPoolExecutor(max_workers=1)
-    return pool, pool.submit(drain, holders, plan, **kwargs)
+    return pool, pool.submit(run_drain, holders, plan, **kwargs)
 
 
 def test_workloads_that_exit_on_sigterm_end_the_drain_early(workloads: Workloads) -> None:
@@ -88,7 +89,7 @@ def test_workloads_that_exit_on_sigterm_end_the_drain_early(workloads: Workloads
     everyone = {c.identity for c in workloads.children} | {forking.grandchild}
     assert {h.identity for h in holders} == everyone
     live = Live()
-    record = drain(holders, DrainPlan(grace=120, rescan_interval=0.2), scanner=scanner, listener=live)
+    record = run_drain(holders, DrainPlan(grace=120, rescan_interval=0.2), scanner=scanner, listener=live)
     assert record.outcome is Outcome.EXITED, record.summary()
     assert record.ended is not None
     assert record.ended - record.started < 60
@@ -114,7 +115,7 @@ def test_ignoring_sigterm_is_killed_at_the_deadline_releasing_is_not(workloads: 
     handled = workloads.start("handled")
     scanner = scanner_for(workloads)
     plan = DrainPlan(grace=2, rescan_interval=0.2, kill_wait=10)
-    record = drain(scanner.scan().holders, plan, scanner=scanner)
+    record = run_drain(scanner.scan().holders, plan, scanner=scanner)
     assert record.outcome is Outcome.TIMED_OUT, record.summary()
     procs = record.processes
     assert procs[stubborn.identity].killed
@@ -150,7 +151,7 @@ def test_a_holder_whose_identity_changed_is_never_signalled(workloads: Workloads
     child = workloads.start("report")
     reused = ProcessIdentity(child.identity.pid, child.identity.start_time - 7)
     stale = Holder(reused, "python3", (), 0, (str(workloads.device),))
-    record = drain([stale], DrainPlan(grace=30), scanner=StaticScanner())
+    record = run_drain([stale], DrainPlan(grace=30), scanner=StaticScanner())
     assert record.processes[reused].end is End.IDENTITY_CHANGED
     assert record.outcome is Outcome.EXITED
     os.kill(child.identity.pid, signal.SIGUSR1)
@@ -162,7 +163,7 @@ def test_pid_1_and_the_watchdog_itself_in_a_holder_list_are_never_signalled_nor_
     """A scanner bug (or a hostile procfs) naming them costs nothing: refused at the signal, drain over."""
     named = [ProcessIdentity(pid, start_time(pid) or 0) for pid in (1, os.getpid())]
     holders = [Holder(identity, "init", (), 0, ("/dev/accel0",)) for identity in named]
-    record = drain(holders, DrainPlan(grace=30), scanner=StaticScanner())
+    record = run_drain(holders, DrainPlan(grace=30), scanner=StaticScanner())
     assert record.outcome is Outcome.EXITED  # nothing left to wait for; no SIGKILL either
     for identity in named:
         proc = record.processes[identity]
@@ -197,7 +198,7 @@ def test_dry_run_sends_nothing_and_reports_the_same(workloads: Workloads) -> Non
     children = [workloads.start(mode) for mode in ("default", "handled", "ignore")]
     scanner = scanner_for(workloads)
     plan = DrainPlan(grace=1, rescan_interval=0.2, dry_run=True)
-    record = drain(scanner.scan().holders, plan, scanner=scanner)
+    record = run_drain(scanner.scan().holders, plan, scanner=scanner)
     assert record.outcome is Outcome.TIMED_OUT
     assert all(child.alive() for child in children)
     for child in children:
@@ -210,7 +211,7 @@ def test_dry_run_sends_nothing_and_reports_the_same(workloads: Workloads) -> Non
 
 def test_dry_run_refuses_a_real_signaller(workloads: Workloads) -> None:
     with pytest.raises(ValueError, match="dry-run signaller"):
-        drain([], DrainPlan(dry_run=True), scanner=StaticScanner(), signaller=PidfdSignaller())
+        run_drain([], DrainPlan(dry_run=True), scanner=StaticScanner(), signaller=PidfdSignaller())
 
 
 def test_a_resumed_drain_never_sigterms_again_but_kills_on_time(workloads: Workloads) -> None:
@@ -218,7 +219,7 @@ def test_a_resumed_drain_never_sigterms_again_but_kills_on_time(workloads: Workl
     scanner = scanner_for(workloads)
     live = Live()
     plan = DrainPlan(deadline=time.monotonic() + 0.5, already_signalled={child.identity: {TERM}})
-    record = drain(scanner.scan().holders, plan, scanner=scanner, listener=live)
+    record = run_drain(scanner.scan().holders, plan, scanner=scanner, listener=live)
     assert record.outcome is Outcome.TIMED_OUT
     assert live.calls == [("intent", child.identity, KILL), ("sent", child.identity, KILL)]
     assert child.popen.wait(timeout=20) == -KILL
@@ -255,7 +256,7 @@ def test_failing_hooks_and_scans_are_noted_not_raised(workloads: Workloads) -> N
 
 
 def test_no_holders_returns_at_once() -> None:
-    record = drain([], DrainPlan(), scanner=StaticScanner())
+    record = run_drain([], DrainPlan(), scanner=StaticScanner())
     assert record.outcome is Outcome.NO_HOLDERS
     with pytest.raises(ValueError, match="not both"):
         DrainPlan(grace=1, deadline=2)
@@ -346,7 +347,7 @@ def test_the_deadline_follows_the_injected_clock() -> None:
     obedient, stubborn = fake_holder(1), fake_holder(2)
     world = FakeWorld(clock, [obedient, stubborn], {TERM: {obedient.identity}, KILL: {stubborn.identity}})
     updates: list[DrainRecord] = []
-    record = drain(
+    record = run_drain(
         [obedient, stubborn],
         DrainPlan(grace=30),
         scanner=world,
@@ -373,7 +374,7 @@ def test_stop_interrupts_before_the_deadline_under_an_injected_clock() -> None:
         if clock.now > 5010:
             stop.set()
 
-    record = drain(
+    record = run_drain(
         [h],
         DrainPlan(grace=300),
         scanner=world,
@@ -408,7 +409,7 @@ def test_a_wave_of_signals_has_its_intents_written_once_before_the_first_signal(
             results.append(list(sent))
 
     plan = DrainPlan(grace=1.0, rescan_interval=0.2)
-    record = drain(
+    record = run_drain(
         scanner_for(workloads).scan().holders, plan, scanner=scanner_for(workloads), listener=Waves()
     )
     assert record.outcome is Outcome.TIMED_OUT

@@ -1,5 +1,5 @@
-"""What the daemon shows: health, readiness, the STATUS= line and /status, from its facts; and the state
-file's records of the lifecycle, which must give back the same lifecycle (restored events unconfirmed)."""
+"""What the daemon shows: health, readiness, the STATUS= line and /status, from its facts. (The lifecycle
+through the state file and back: tests/store/test_records.py and tests/core/test_lifecycle.py.)"""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from prometheus_client import CollectorRegistry
 from tests.support.daemon_harness import FAST
 from watchdog.config.settings import default_config
 from watchdog.core.lifecycle import Lifecycle, Trigger
-from watchdog.daemon.view import StatusView, from_records, to_records
+from watchdog.daemon.view import StatusView
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.transport import MetadataTransport
 from watchdog.metadata.watch import MetadataWatcher
-from watchdog.store.records import State
 
 TERMINATE = Trigger("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 300.0)
 
@@ -79,31 +78,3 @@ def test_status_names_the_drain_its_deadline_and_the_state_file(tmp_path: Path) 
     assert status["drain"]["time_left"] == 300
     assert status["state_file"] == {"persisted": True, "error": None}
     assert [e["source"] for e in status["events"]] == ["maintenance-event"]
-
-
-def test_records_give_back_the_lifecycle_with_restored_events_unconfirmed() -> None:
-    life = Lifecycle()
-    life.observe("maintenance-event", TERMINATE, 1000.0)
-    life.drain_finished("exited", 1001.0)
-    life.late_arrivals(1005.0)
-    events, drain, outcome = to_records(life, default_config())
-    restored = from_records(State("boot", tuple(events), drain, outcome))
-    event = restored.events["maintenance-event"]
-    assert (event.event_id, event.deadline, event.drained) == (
-        life.events["maintenance-event"].event_id, 1300.0, True,
-    )  # fmt: skip
-    assert not event.confirmed  # until this run hears the metadata server say it again
-    assert restored.drain is not None
-    assert life.drain is not None
-    assert (restored.drain.drain_id, restored.drain.late, restored.drain.deadline) == (
-        life.drain.drain_id, True, 1300.0,
-    )  # fmt: skip
-
-
-def test_a_drain_on_file_none_of_whose_events_is_on_is_over_not_resumed() -> None:
-    life = Lifecycle()
-    life.observe("maintenance-event", TERMINATE, 1000.0)
-    _, drain, _ = to_records(life, default_config())
-    restored = from_records(State("boot", (), drain, None))
-    assert restored.drain is None
-    assert restored.last_outcome == "cancelled"

@@ -10,13 +10,13 @@ import stat
 import subprocess
 import sys
 import textwrap
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.store.records import DrainState, EventRecord, State
+from watchdog.store.records import SavedState
 from watchdog.store.statefile import STATE_FILE, StateDirError, StateStore, read_boot_id
 
 BOOT = "6a1d0c52-0000-4000-8000-000000000001"
@@ -44,12 +44,12 @@ def store(path: Path, boot_id: str = BOOT) -> StateStore:
 
 def begin(
     s: StateStore, source: str = "maintenance-event", value: str = "TERMINATE_ON_HOST_MAINTENANCE",
-    event_id: str = "ev-1", started_at: float = 10.0, phase: str = "terminating",
-) -> EventRecord:  # fmt: skip
-    """An event and its drain, as the daemon saves them."""
-    event = EventRecord(source, value, event_id, started_at)
-    drain = DrainState(phase, started_at, started_at + 300.0, 300.0, "kill", (event_id,))
-    s.save_lifecycle([event], drain, None)
+    event_id: str = "ev-1", started_at: float = 10.0,
+) -> Event:  # fmt: skip
+    """An event and its drain, as the daemon saves them (the lifecycle's own, unconfirmed as on file)."""
+    event = Event(event_id, source, value, started_at, confirmed=False)
+    drain = ActiveDrain([event_id], started_at, started_at + 300.0)
+    s.save_lifecycle([event], drain, None, on_timeout="kill")
     return event
 
 
@@ -60,19 +60,33 @@ def test_round_trip(tmp_path: Path) -> None:
     first.record_sent(TERM, signal.SIGTERM, "sent")
     first.record_intent(OTHER, "SIGTERM", name="trainer")
     assert first.state.drain is not None
-    first.save_lifecycle([event], replace(first.state.drain, phase="killing"), None)
+    first.save_lifecycle([event], first.state.drain, None, on_timeout="leave")
 
     again = store(tmp_path)
     assert again.state == first.state
     assert again.state.events == (event,)
     assert again.state.drain is not None
-    assert again.state.drain.event_ids == ("ev-1",)
-    assert again.state.drain is not None
-    assert again.state.drain.phase == "killing"
+    assert again.state.drain.event_ids == ["ev-1"]
+    assert again.state.on_timeout == "leave"
     sent = again.state.find(TERM, signal.SIGTERM)
     assert sent is not None
     assert (sent.name, sent.result, sent.confirmed) == ("python3", "sent", True)
     assert [s.identity for s in again.state.unconfirmed()] == [OTHER]
+
+
+def test_the_saved_state_is_what_the_file_says_not_the_lifecycles_live_objects(tmp_path: Path) -> None:
+    """The lifecycle goes on changing its events and drain after a save: the store keeps copies, as a
+    reload would give them back (unconfirmed, not cancelling)."""
+    s = store(tmp_path)
+    event = Event("ev-1", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 10.0, deadline=310.0)
+    drain = ActiveDrain(["ev-1"], 10.0, 310.0, cancelling=True)
+    s.save_lifecycle([event], drain, None, on_timeout="kill")
+    event.deadline, drain.deadline = 40.0, 40.0
+    drain.event_ids.append("ev-2")
+    assert s.state.events[0].deadline == 310.0
+    assert s.state.drain == ActiveDrain(["ev-1"], 10.0, 310.0, drain_id=drain.drain_id)
+    assert not s.state.events[0].confirmed
+    assert store(tmp_path).state == s.state
 
 
 def test_an_intent_survives_a_real_crash_before_the_signal(tmp_path: Path) -> None:
@@ -81,11 +95,11 @@ def test_an_intent_survives_a_real_crash_before_the_signal(tmp_path: Path) -> No
         f"""
         import os, signal
         from watchdog.core.process import ProcessIdentity
-        from watchdog.store.records import DrainState, EventRecord
+        from watchdog.core.lifecycle import ActiveDrain, Event
         from watchdog.store.statefile import StateStore
         s = StateStore({str(tmp_path)!r}, boot_id={BOOT!r})
-        s.save_lifecycle([EventRecord("preempted", "TRUE", "ev-crash", 1.0)],
-                         DrainState("terminating", 1.0, 26.0, 25.0, "kill", ("ev-crash",)), None)
+        s.save_lifecycle([Event("ev-crash", "preempted", "TRUE", 1.0)],
+                         ActiveDrain(["ev-crash"], 1.0, 26.0), None, on_timeout="kill")
         s.record_intent(ProcessIdentity({TERM.pid}, {TERM.start_time}), signal.SIGTERM, name="trainer")
         os.kill(os.getpid(), signal.SIGKILL)
         """
@@ -115,8 +129,8 @@ def test_clearing_every_event_leaves_an_empty_state(tmp_path: Path) -> None:
     s = store(tmp_path)
     begin(s, "preempted", "TRUE")
     s.record_intent(TERM, signal.SIGTERM)
-    s.save_lifecycle([], None, None)
-    assert store(tmp_path).state == State(BOOT)
+    s.save_lifecycle([], None, None, on_timeout="kill")
+    assert store(tmp_path).state == SavedState(BOOT)
 
 
 def test_sent_without_intent_is_recorded_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -212,7 +226,7 @@ def test_a_bad_file_is_moved_aside_and_a_clean_state_returned(
     (tmp_path / STATE_FILE).write_bytes(BAD_FILES[kind])
     with caplog.at_level(logging.WARNING):
         s = store(tmp_path)
-    assert s.state == State(BOOT)
+    assert s.state == SavedState(BOOT)
     (aside,) = [name for name in os.listdir(tmp_path) if name != STATE_FILE]
     assert aside.startswith(f"{STATE_FILE}.corrupt-")
     assert (tmp_path / aside).read_bytes() == BAD_FILES[kind]
@@ -227,7 +241,7 @@ def test_a_file_from_a_previous_boot_is_stale(tmp_path: Path, caplog: pytest.Log
     old.record_intent(TERM, signal.SIGTERM)
     with caplog.at_level(logging.WARNING):
         fresh = store(tmp_path)
-    assert fresh.state == State(BOOT)
+    assert fresh.state == SavedState(BOOT)
     assert not fresh.already_signalled(TERM, signal.SIGTERM)
     (aside,) = [name for name in os.listdir(tmp_path) if name != STATE_FILE]
     assert aside.startswith(f"{STATE_FILE}.stale-")
@@ -235,8 +249,8 @@ def test_a_file_from_a_previous_boot_is_stale(tmp_path: Path, caplog: pytest.Log
 
 
 def test_an_empty_state_from_a_previous_boot_is_simply_replaced(tmp_path: Path) -> None:
-    store(tmp_path, boot_id="previous-boot").save_lifecycle([], None, None)
-    assert store(tmp_path).state == State(BOOT)
+    store(tmp_path, boot_id="previous-boot").save_lifecycle([], None, None, on_timeout="kill")
+    assert store(tmp_path).state == SavedState(BOOT)
     assert os.listdir(tmp_path) == [STATE_FILE]
 
 

@@ -9,7 +9,23 @@ import subprocess
 import pytest
 from prometheus_client import generate_latest
 
-from watchdog.surface.metrics import ENDPOINTS, OUTCOMES, SIGNALS, STATES, Metrics
+from watchdog.core.metadata_values import MaintenanceKind
+from watchdog.core.vocabulary import (
+    DEFAULT_MAINTENANCE_GRACE,
+    FINISHED_OUTCOMES,
+    WATCHED_KEYS,
+    DaemonState,
+    Outcome,
+)
+from watchdog.surface.metrics import (
+    DRAIN_BUCKETS,
+    ENDPOINTS,
+    MAINTENANCE_VALUES,
+    OUTCOMES,
+    SIGNALS,
+    STATES,
+    Metrics,
+)
 
 KINDS = ("timeout", "http_5xx")
 
@@ -38,6 +54,30 @@ def test_every_series_exists_from_start_up() -> None:
     assert math.isnan(deadline)
     assert value(metrics, "tpu_watchdog_drain_duration_seconds_count") == 0
     assert value(metrics, "tpu_watchdog_drain_duration_seconds_bucket", le="330.0") == 0
+
+
+def test_the_label_values_are_the_vocabularys() -> None:
+    """Each label set is what it shows, in its order: the daemon's states, the finished outcomes, the
+    kinds of maintenance event, the watched keys' sources."""
+    assert [DaemonState(s) for s in STATES] == list(DaemonState)
+    assert [Outcome(o) for o in OUTCOMES] == list(FINISHED_OUTCOMES)
+    assert [MaintenanceKind(v) for v in MAINTENANCE_VALUES] == list(MaintenanceKind)
+    assert [k.source for k in WATCHED_KEYS] == list(ENDPOINTS)
+    assert DEFAULT_MAINTENANCE_GRACE in DRAIN_BUCKETS  # a drain that needed SIGKILL shows past it
+
+
+def test_the_zero_initialised_series_cover_every_member() -> None:
+    metrics = Metrics(error_kinds=KINDS)
+    assert all(value(metrics, "tpu_watchdog_state", state=s.value) is not None for s in DaemonState)
+    assert all(value(metrics, "tpu_watchdog_drains_total", outcome=o.value) == 0 for o in FINISHED_OUTCOMES)
+    assert all(
+        value(metrics, "tpu_watchdog_maintenance_event", value=k.value) is not None for k in MaintenanceKind
+    )
+    assert all(
+        value(metrics, "tpu_watchdog_metadata_errors_total", endpoint=key.source, kind=kind) == 0
+        for key in WATCHED_KEYS
+        for kind in KINDS
+    )
 
 
 def test_state_and_event_are_one_hot() -> None:

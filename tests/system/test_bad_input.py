@@ -25,6 +25,7 @@ from tests.support.workloads import make_device
 from watchdog.cli import COMMANDS
 from watchdog.config.schema import BY_ENV, BY_KEY, SECTIONS
 from watchdog.config.settings import ConfigError, add_config_arguments, load_config
+from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.host.holders import HolderScanner
 from watchdog.host.procfs import (
@@ -37,7 +38,7 @@ from watchdog.host.procfs import (
     parse_stat,
     pick_cgroup,
 )
-from watchdog.store.records import DrainState, EventRecord, SignalRecord, State, StateFormatError
+from watchdog.store.records import SavedState, SignalRecord, StateFormatError
 from watchdog.store.statefile import STATE_FILE, StateStore
 
 CLI = str(Path(sys.executable).parent / "tpu-watchdog")
@@ -55,10 +56,14 @@ json_values = st.recursive(
 
 
 # --- the state file ---------------------------------------------------------------------------------
-GOOD_STATE = State(
+GOOD_STATE = SavedState(
     "b",
-    (EventRecord("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", "ev", 100.0, False, 400.0),),
-    DrainState("terminating", 101.0, 401.0, 300.0, "kill", ("ev",)),
+    (
+        Event(
+            "ev", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 100.0, False, 400.0, confirmed=False
+        ),
+    ),
+    ActiveDrain(["ev"], 101.0, 401.0),
     last_outcome="drained",
     signals=(
         SignalRecord(ProcessIdentity(10, 5), "python3", "SIGTERM", 102.0, 102.5, "sent"),
@@ -104,14 +109,14 @@ def mutated_states(draw: st.DrawFn) -> object:
     return document
 
 
-def _state_or_format_error(document: object) -> State | None:
+def _state_or_format_error(document: object) -> SavedState | None:
     try:
-        state = State.from_json(document)
+        state = SavedState.from_json(document)
     except StateFormatError:
         return None
     # What is accepted is a state the daemon can write back and read again: nothing non-finite in it.
     again = json.loads(json.dumps(state.to_json(written_at=1.0), allow_nan=False))
-    assert State.from_json(again) == state
+    assert SavedState.from_json(again) == state
     return state
 
 
@@ -136,10 +141,10 @@ def test_state_huge_integer_time_is_a_format_error() -> None:
     document = GOOD_STATE.to_json(written_at=1.0)
     document["drain"]["deadline_at"] = 10**400  # type: ignore[index]
     with pytest.raises(StateFormatError, match=r"drain\.deadline_at: expected a number"):
-        State.from_json(json.loads(json.dumps(document)))
+        SavedState.from_json(json.loads(json.dumps(document)))
     document = GOOD_STATE.to_json(written_at=1.0) | {"version": True}
     with pytest.raises(StateFormatError, match="version: expected 1"):
-        State.from_json(document)
+        SavedState.from_json(document)
 
 
 state_bytes = st.one_of(
@@ -154,7 +159,7 @@ state_bytes = st.one_of(
 @given(state_bytes)
 def test_state_store_sets_any_bad_file_aside_and_starts_clean(raw: bytes) -> None:
     try:
-        expected: State | None = State.from_json(json.loads(raw))
+        expected: SavedState | None = SavedState.from_json(json.loads(raw))
     except (ValueError, RecursionError):
         expected = None
     with tempfile.TemporaryDirectory() as state_dir:
@@ -162,14 +167,14 @@ def test_state_store_sets_any_bad_file_aside_and_starts_clean(raw: bytes) -> Non
         Path(path).write_bytes(raw)
         store = StateStore(state_dir, boot_id="b")
         if expected is None:
-            assert store.state == State("b")
+            assert store.state == SavedState("b")
             assert not os.path.exists(path)
             (aside,) = glob.glob(path + ".corrupt-*")
             assert Path(aside).read_bytes() == raw  # kept for a post-mortem
         elif expected.boot_id == "b":
             assert store.state == expected
         else:
-            assert store.state == State("b")
+            assert store.state == SavedState("b")
 
 
 # --- the configuration ------------------------------------------------------------------------------

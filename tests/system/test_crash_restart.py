@@ -151,7 +151,7 @@ def stuck(source, target):
     print("writing", flush=True)
     time.sleep(120)  # held here until the test's kill -9
 os.replace = stuck
-store.save_lifecycle([], None, None)
+store.save_lifecycle([], None, None, on_timeout="kill")
 """
 
 

@@ -18,8 +18,8 @@ import pytest
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, Workloads
+from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.fake.server import FakeMetadataServer
-from watchdog.store.records import DrainState, EventRecord
 from watchdog.store.statefile import StateStore
 
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
@@ -34,9 +34,9 @@ def crashed_at(state_dir: Path, deadline: float, child: Child, signals: dict[int
     """The state file a daemon leaves when it dies mid-drain: `signals` maps each signal to whether it was
     confirmed sent (True) or only intended (False: the crash came between intent and send)."""
     store = StateStore(str(state_dir))
-    event = EventRecord("maintenance-event", TERMINATE, "ev-crash", deadline - 300.0)
-    drain = DrainState("draining", deadline - 300.0, deadline, 300.0, "kill", ("ev-crash",))
-    store.save_lifecycle([event], drain, None)
+    event = Event("ev-crash", "maintenance-event", TERMINATE, deadline - 300.0)
+    drain = ActiveDrain(["ev-crash"], deadline - 300.0, deadline)
+    store.save_lifecycle([event], drain, None, on_timeout="kill")
     for signum, confirmed in signals.items():
         store.record_intent(child.identity, signum, name="python3")
         if confirmed:
@@ -122,7 +122,7 @@ def test_a_clean_stop_mid_drain_is_fast_and_the_next_start_resumes(
         assert time.monotonic() - started < 2.0
     saved = StateStore(str(state_dir)).state
     assert saved.drain is not None
-    assert saved.drain.deadline_at == deadline
+    assert saved.drain.deadline == deadline
     assert [s.signal for s in saved.signals] == ["SIGTERM"]
     with DaemonHarness(state_dir, fake, workloads, maintenance_grace=4.0) as again:
         assert again.daemon.lifecycle.drain is not None
@@ -141,10 +141,10 @@ class GatedStore(StateStore):
         super().__init__(state_dir)
         self.gate = threading.Event()
 
-    def save_lifecycle(self, events: Any, drain: Any, last_outcome: str | None) -> None:
+    def save_lifecycle(self, events: Any, drain: Any, last_outcome: str | None, *, on_timeout: Any) -> None:
         if drain is not None:
             self.gate.wait(timeout=20)
-        super().save_lifecycle(events, drain, last_outcome)
+        super().save_lifecycle(events, drain, last_outcome, on_timeout=on_timeout)
 
 
 def test_no_signal_goes_out_before_the_drain_is_on_disk(
@@ -175,8 +175,8 @@ def test_a_drain_that_was_being_cancelled_is_not_resumed(
     child = workloads.start("report")
     store = StateStore(str(tmp_path / "state"))
     deadline = time.time() + 1.0
-    drain = DrainState("draining", deadline - 300.0, deadline, 300.0, "kill", ("ev-gone",))
-    store.save_lifecycle([], drain, None)
+    drain = ActiveDrain(["ev-gone"], deadline - 300.0, deadline)
+    store.save_lifecycle([], drain, None, on_timeout="kill")
     with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
         assert harness.daemon.lifecycle.drain is None
         assert harness.state == "idle"
@@ -192,8 +192,8 @@ def test_an_event_of_a_key_this_machine_lacks_clears(
     fake.set(MAINTENANCE, "NONE")
     fake.delete("instance/upcoming-maintenance")
     store = StateStore(str(tmp_path / "state"))
-    event = EventRecord("upcoming-maintenance", "SCHEDULED window_start=?", "ev-up", time.time() - 60, True)
-    store.save_lifecycle([event], None, "exited")
+    event = Event("ev-up", "upcoming-maintenance", "SCHEDULED window_start=?", time.time() - 60, True)
+    store.save_lifecycle([event], None, "exited", on_timeout="kill")
     with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
         harness.wait_state("idle")
         assert harness.daemon.lifecycle.events == {}

@@ -17,9 +17,9 @@ import pytest
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, Workloads
+from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.fake.server import FakeMetadataServer
-from watchdog.store.records import DrainState, EventRecord
 from watchdog.store.statefile import StateStore
 
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
@@ -39,9 +39,9 @@ def crashed_mid_event(
     """What a daemon killed mid-event leaves: the event, the drain (unless it had ended), its SIGTERM."""
     store = StateStore(str(state_dir))
     started = deadline - 30.0
-    event = EventRecord("maintenance-event", TERMINATE, "ev-before", started, drained, deadline)
-    drain = None if drained else DrainState("draining", started, deadline, 30.0, "kill", ("ev-before",))
-    store.save_lifecycle([event], drain, "exited" if drained else None)
+    event = Event("ev-before", "maintenance-event", TERMINATE, started, drained, deadline)
+    drain = None if drained else ActiveDrain(["ev-before"], started, deadline)
+    store.save_lifecycle([event], drain, "exited" if drained else None, on_timeout="kill")
     store.record_intent(signalled, signal.SIGTERM, name="python3")
     store.record_sent(signalled, signal.SIGTERM, "sent")
 

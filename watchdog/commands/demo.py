@@ -23,10 +23,12 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from watchdog.core.metadata_values import MaintenanceKind
+from watchdog.core.vocabulary import MAINTENANCE_EVENT, DaemonState
 from watchdog.exitcodes import EXIT_DEMO_FAILED, EXIT_OK
 from watchdog.host.holders import HolderScanner, ScanResult
 
-MAINTENANCE = "instance/maintenance-event"
+TERMINATE = MaintenanceKind.TERMINATE_ON_HOST_MAINTENANCE.value
 METRICS_SHOWN = (
     "tpu_watchdog_state{",
     "tpu_watchdog_maintenance_event{",
@@ -154,9 +156,10 @@ def run(args: argparse.Namespace) -> int:
         wait_until(lambda: len(daemon.view.values) == 3, 15, "the daemon's first metadata reads")
         time.sleep(0.5)  # let the job write a few steps: the point is a checkpoint off its interval
 
-        say("4. maintenance is announced: maintenance-event = TERMINATE_ON_HOST_MAINTENANCE")
-        fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
-        wait_until(lambda: daemon.lifecycle.state.value in ("drained", "timed_out"), 60, "the drain")
+        say(f"4. maintenance is announced: {MAINTENANCE_EVENT.source} = {TERMINATE}")
+        fake.set(MAINTENANCE_EVENT.path, TERMINATE)
+        drained = (DaemonState.DRAINED, DaemonState.TIMED_OUT)
+        wait_until(lambda: daemon.lifecycle.state in drained, 60, "the drain")
         code = trainer.wait(timeout=10)
 
         say("5. the checkpoint the job saved on SIGTERM")
@@ -174,9 +177,9 @@ def run(args: argparse.Namespace) -> int:
                 if line.startswith(METRICS_SHOWN) and not line.endswith(" 0.0"):
                     sys.stdout.write(line + "\n")
 
-        say("8. maintenance is over: maintenance-event = NONE")
-        fake.set(MAINTENANCE, "NONE")
-        wait_until(lambda: daemon.lifecycle.state.value == "idle", 30, "the daemon to go idle")
+        say(f"8. maintenance is over: {MAINTENANCE_EVENT.source} = {MaintenanceKind.NONE.value}")
+        fake.set(MAINTENANCE_EVENT.path, MaintenanceKind.NONE.value)
+        wait_until(lambda: daemon.lifecycle.state is DaemonState.IDLE, 30, "the daemon to go idle")
         sys.stdout.write("the daemon is idle again and ready for the next event\n")
         stop.set()
         runner.join(timeout=5)

@@ -20,6 +20,7 @@ import time
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.core.drain_record import DrainRecord, End, ProcessRecord
+from watchdog.core.vocabulary import Outcome
 from watchdog.exitcodes import EXIT_LOST, EXIT_NOTHING_TO_DRILL, EXIT_OK
 
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args, os.environ)
     if isinstance(config, int):
         return config
-    from watchdog.daemon.drain import DrainListener, DrainPlan, drain
+    from watchdog.daemon.drain import DrainListener, DrainPlan, run_drain
     from watchdog.host.holders import scanner_for
 
     out = sys.stdout
@@ -101,10 +102,8 @@ def run(args: argparse.Namespace) -> int:
 
     ticker = threading.Thread(target=countdown, name="countdown", daemon=True)
     ticker.start()
-    plan = DrainPlan(
-        grace=grace, on_timeout="kill" if config.on_timeout == "kill" else "leave", dry_run=config.dry_run
-    )
-    record = drain(holders, plan, scanner=scanner, listener=Progress(), cancel=cancel)
+    plan = DrainPlan(grace=grace, on_timeout=config.on_timeout, dry_run=config.dry_run)
+    record = run_drain(holders, plan, scanner=scanner, listener=Progress(), cancel=cancel)
     finished.set()
     ticker.join(timeout=2)
     out.write(f"\n{record.one_line()}\n")
@@ -113,6 +112,6 @@ def run(args: argparse.Namespace) -> int:
         kept, sentence = verdict(proc, record.started, record.dry_run)
         kept_all = kept_all and kept
         out.write(f"  {'ok  ' if kept else 'LOST'} {sentence}\n")
-    if record.outcome is not None and record.outcome.value == "cancelled":
+    if record.outcome is Outcome.CANCELLED:
         out.write("the drill was cancelled: nothing was SIGKILLed\n")
     return EXIT_OK if kept_all else EXIT_LOST

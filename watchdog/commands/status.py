@@ -17,6 +17,7 @@ from typing import Any
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.exitcodes import EXIT_FROM_STATE_FILE, EXIT_NO_ANSWER, EXIT_OK
+from watchdog.store.statefile import STATE_FILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +41,7 @@ def fetch(listen: str, timeout: float = 3.0) -> dict[str, Any]:
 
 
 def from_state_file(state_dir: str) -> dict[str, Any]:
-    with open(os.path.join(state_dir, "state.json"), encoding="utf-8") as handle:
+    with open(os.path.join(state_dir, STATE_FILE), encoding="utf-8") as handle:
         data: dict[str, Any] = json.load(handle)
         return data
 

@@ -11,9 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from watchdog.config import values as v
+from watchdog.core.vocabulary import (
+    DEFAULT_MAINTENANCE_GRACE,
+    DEFAULT_ON_TIMEOUT,
+    DEFAULT_PREEMPTION_GRACE,
+    ON_TIMEOUT,
+)
 
 ENV_PREFIX = "TPU_WATCHDOG_"
-ON_TIMEOUT = ("kill", "leave")
 MIGRATE_ACTIONS = ("ignore", "drain")
 UNKNOWN_EVENT_ACTIONS = ("drain", "ignore")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -162,18 +167,18 @@ SETTINGS: tuple[Setting, ...] = (
     _seconds(
         "drain.maintenance_grace",
         "maintenance_grace",
-        300.0,
+        DEFAULT_MAINTENANCE_GRACE,
         "--grace",
         "the wait before SIGKILL on maintenance",
     ),
     _seconds(
         "drain.preemption_grace",
         "preemption_grace",
-        25.0,
+        DEFAULT_PREEMPTION_GRACE,
         "--preempt-grace",
         "the wait before SIGKILL on preemption",
     ),
-    _choice("drain.on_timeout", "on_timeout", "kill", ON_TIMEOUT, "--on-timeout"),
+    _choice("drain.on_timeout", "on_timeout", DEFAULT_ON_TIMEOUT, ON_TIMEOUT, "--on-timeout"),
     _choice("events.migrate", "migrate_action", "ignore", MIGRATE_ACTIONS),
     _choice("events.unknown", "unknown_event_action", "drain", UNKNOWN_EVENT_ACTIONS),
     Setting(

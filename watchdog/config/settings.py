@@ -22,6 +22,12 @@ from typing import Any, Literal
 from watchdog.config import values as v
 from watchdog.config.schema import BY_ENV, BY_KEY, ENV_PREFIX, SECTIONS, SETTINGS, Setting
 from watchdog.config.trust import refusal
+from watchdog.core.vocabulary import (
+    DEFAULT_MAINTENANCE_GRACE,
+    DEFAULT_PREEMPTION_GRACE,
+    ON_TIMEOUT,
+    OnTimeout,
+)
 from watchdog.exitcodes import EXIT_CONFIG
 
 if sys.version_info >= (3, 11):
@@ -72,7 +78,7 @@ class Config:
     exclude_uids: tuple[int, ...]
     maintenance_grace: float
     preemption_grace: float
-    on_timeout: str  # kill | leave
+    on_timeout: OnTimeout  # kill | leave: what a drain's deadline does
     migrate_action: str  # ignore | drain
     unknown_event_action: str  # drain | ignore
     drain_before_window: float | None  # None: off
@@ -118,13 +124,17 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         help="never signal these processes; repeatable (each kind given replaces that kind's list)",
     )
     group.add_argument(
-        "--grace", metavar="S", help="seconds from SIGTERM to SIGKILL on maintenance (default 300)"
+        "--grace",
+        metavar="S",
+        help=f"seconds from SIGTERM to SIGKILL on maintenance (default {DEFAULT_MAINTENANCE_GRACE:g})",
     )
     group.add_argument(
-        "--preempt-grace", metavar="S", help="seconds from SIGTERM to SIGKILL on preemption (25)"
+        "--preempt-grace",
+        metavar="S",
+        help=f"seconds from SIGTERM to SIGKILL on preemption ({DEFAULT_PREEMPTION_GRACE:g})",
     )
     group.add_argument(
-        "--on-timeout", metavar="kill|leave", help="at the deadline: SIGKILL, or leave them be"
+        "--on-timeout", metavar="|".join(ON_TIMEOUT), help="at the deadline: SIGKILL, or leave them be"
     )
     group.add_argument(
         "--state-dir", metavar="DIR", help="where the state file lives (/var/lib/tpu-watchdog)"

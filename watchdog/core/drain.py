@@ -27,13 +27,12 @@ from watchdog.core.drain_record import (
     DrainRecord,
     End,
     ExitStatus,
-    OnTimeout,
-    Outcome,
     ProcessRecord,
     SentSignal,
     SignalResult,
 )
 from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, ON_TIMEOUT, OnTimeout, Outcome
 
 __all__ = [
     "DrainCore",
@@ -73,15 +72,15 @@ class DrainCore:
         now: float,
         now_wall: float,
         deadline: float,
-        on_timeout: OnTimeout = "kill",
+        on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT,
         dry_run: bool = False,
         already_signalled: Mapping[ProcessIdentity, Collection[int]] | None = None,
         rescan_interval: float = 1.0,
         kill_wait: float = 10.0,
         late: bool = False,
     ) -> None:
-        if on_timeout not in ("kill", "leave"):
-            raise ValueError(f"on_timeout must be 'kill' or 'leave', not {on_timeout!r}")
+        if on_timeout not in ON_TIMEOUT:
+            raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {on_timeout!r}")
         if not rescan_interval > 0:
             raise ValueError(f"rescan_interval must be > 0 s, not {rescan_interval!r}")
         if not kill_wait >= 0:

@@ -1,4 +1,4 @@
-"""The drain's record and vocabulary: how a signal attempt went, how a process ended, what the drain did.
+"""The drain's record: how a signal attempt went, how a process ended, what the drain did (its outcome).
 
 Pure data plus its rendering for humans (`summary`) and for JSON (`to_dict`). Times are monotonic seconds of
 the drain's clock; `DrainRecord.wall()` turns them into wall-clock seconds.
@@ -9,11 +9,9 @@ from __future__ import annotations
 import enum
 import signal
 from dataclasses import dataclass, field
-from typing import Literal
 
 from watchdog.core.process import ProcessIdentity
-
-OnTimeout = Literal["kill", "leave"]
+from watchdog.core.vocabulary import OnTimeout, Outcome
 
 
 class SignalResult(str, enum.Enum):
@@ -24,14 +22,6 @@ class SignalResult(str, enum.Enum):
     IDENTITY_CHANGED = "identity_changed"  # the PID now belongs to another process: not signalled
     DENIED = "denied"  # EPERM
     PROTECTED = "protected"  # PID 1, the daemon itself or a kernel thread: refused before any syscall
-
-
-class Outcome(str, enum.Enum):
-    NO_HOLDERS = "no_holders"
-    EXITED = "exited"  # every holder exited or released the device before the deadline
-    TIMED_OUT = "timed_out"
-    CANCELLED = "cancelled"  # the event went away before the deadline: nothing was SIGKILLed
-    INTERRUPTED = "interrupted"  # the daemon is stopping mid-drain; resume with the same deadline
 
 
 class End(str, enum.Enum):

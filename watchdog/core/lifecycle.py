@@ -22,25 +22,18 @@ Rules (the product's promises):
 
 from __future__ import annotations
 
-import enum
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
-
-class State(str, enum.Enum):
-    IDLE = "idle"
-    DRAINING = "draining"
-    DRAINED = "drained"
-    TIMED_OUT = "timed_out"
-    CANCELLED = "cancelled"
-
+from watchdog.core.vocabulary import DEFAULT_MAINTENANCE_GRACE, DaemonState, Outcome
 
 # How a finished drain's outcome shows as the daemon's state while its events are still active.
 _STATE_AFTER = {
-    "exited": State.DRAINED,
-    "no_holders": State.DRAINED,
-    "timed_out": State.TIMED_OUT,
-    "cancelled": State.CANCELLED,
+    Outcome.EXITED.value: DaemonState.DRAINED,
+    Outcome.NO_HOLDERS.value: DaemonState.DRAINED,
+    Outcome.TIMED_OUT.value: DaemonState.TIMED_OUT,
+    Outcome.CANCELLED.value: DaemonState.CANCELLED,
 }
 
 
@@ -67,8 +60,9 @@ class Event:
 
 
 @dataclass
-class Episode:
-    """The drain in progress: the events it serves, when it started, when it must end."""
+class ActiveDrain:
+    """The drain in progress, as the lifecycle started it: the events it serves, when it started, when it
+    must end. (What it did to which process is its `DrainRecord`; the state file keeps both.)"""
 
     event_ids: list[str]
     started: float
@@ -125,16 +119,38 @@ Action = EventStarted | EventCleared | StartDrain | MoveDeadline | CancelDrain
 @dataclass
 class Lifecycle:
     events: dict[str, Event] = field(default_factory=dict)  # by source
-    drain: Episode | None = None
+    drain: ActiveDrain | None = None
     last_outcome: str | None = None
 
+    @classmethod
+    def restored(
+        cls,
+        events: Iterable[Event],
+        drain: ActiveDrain | None,
+        last_outcome: str | None,
+        default_grace: float = DEFAULT_MAINTENANCE_GRACE,
+    ) -> Lifecycle:
+        """The lifecycle a state file describes: its events unconfirmed (and, from files written before
+        events had deadlines, `default_grace` after they were first seen). A drain none of whose events is
+        still active was being cancelled when the daemon stopped: it is over (cancelled), not resumed."""
+        life = cls(last_outcome=last_outcome)
+        for e in events:
+            deadline = e.deadline if e.deadline is not None else e.first_seen + default_grace
+            life.events[e.source] = replace(e, deadline=deadline, confirmed=False)
+        if drain is not None:
+            if {e.event_id for e in life.events.values()}.intersection(drain.event_ids):
+                life.drain = replace(drain, event_ids=list(drain.event_ids), cancelling=False)
+            else:
+                life.last_outcome = Outcome.CANCELLED.value
+        return life
+
     @property
-    def state(self) -> State:
+    def state(self) -> DaemonState:
         if self.drain is not None:
-            return State.DRAINING
+            return DaemonState.DRAINING
         if self.events and self.last_outcome is not None:
-            return _STATE_AFTER.get(self.last_outcome, State.DRAINED)
-        return State.IDLE
+            return _STATE_AFTER.get(self.last_outcome, DaemonState.DRAINED)
+        return DaemonState.IDLE
 
     def observe(self, source: str, trigger: Trigger | None, now: float) -> list[Action]:
         """The policy's current verdict for one source; returns what to do about it."""
@@ -203,7 +219,7 @@ class Lifecycle:
 
     def _start(self, events: list[Event], now: float, late: bool = False) -> list[Action]:
         deadline = min(e.deadline if e.deadline is not None else now for e in events)
-        self.drain = Episode([e.event_id for e in events], now, deadline, late=late)
+        self.drain = ActiveDrain([e.event_id for e in events], now, deadline, late=late)
         self.last_outcome = None
         first = min(events, key=lambda e: e.first_seen)
         return [StartDrain(first, now, deadline, late, self.drain.drain_id)]

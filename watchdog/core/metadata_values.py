@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from watchdog.core.vocabulary import MAINTENANCE_EVENT, PREEMPTED, UPCOMING_MAINTENANCE
+
 UTC = dt.timezone.utc
 MAX_TOKEN_LENGTH = 64
 _TOKEN = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -119,7 +121,7 @@ def _one_line(body: str, what: str) -> str:
 
 def parse_maintenance_event(body: str) -> MaintenanceEvent:
     """NONE, MIGRATE_ or TERMINATE_ON_HOST_MAINTENANCE; another upper-case token: UNKNOWN; else malformed."""
-    what = "instance/maintenance-event"
+    what = MAINTENANCE_EVENT.path
     text = _one_line(body, what)
     if len(text) > MAX_TOKEN_LENGTH:
         raise MalformedValue(
@@ -138,7 +140,7 @@ def parse_maintenance_event(body: str) -> MaintenanceEvent:
 
 def parse_preempted(body: str) -> Preempted:
     """TRUE or FALSE, exactly; anything else is malformed."""
-    what = "instance/preempted"
+    what = PREEMPTED.path
     text = _one_line(body, what)
     if text == "TRUE":
         return Preempted(True)
@@ -176,7 +178,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "reasons": ("maintenance_reasons", "maintenanceReasons"),
 }
 _KNOWN_KEYS = frozenset(name for names in _ALIASES.values() for name in names)
-_WHAT_UPCOMING = "instance/upcoming-maintenance"
+_WHAT_UPCOMING = UPCOMING_MAINTENANCE.path
 
 
 def _field(fields: Mapping[str, object], ours: str) -> object:
@@ -285,7 +287,7 @@ def parse_upcoming_maintenance(body: str) -> UpcomingMaintenance:
 
 
 PARSERS: dict[str, Callable[[str], WatchedValue]] = {
-    "instance/maintenance-event": parse_maintenance_event,
-    "instance/preempted": parse_preempted,
-    "instance/upcoming-maintenance": parse_upcoming_maintenance,
+    MAINTENANCE_EVENT.path: parse_maintenance_event,
+    PREEMPTED.path: parse_preempted,
+    UPCOMING_MAINTENANCE.path: parse_upcoming_maintenance,
 }

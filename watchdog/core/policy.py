@@ -22,26 +22,23 @@ from watchdog.core.metadata_values import (
     WatchedValue,
     format_time,
 )
-
-MAINTENANCE = "maintenance-event"
-PREEMPTED = "preempted"
-UPCOMING = "upcoming-maintenance"
-DRILL = "drill"
+from watchdog.core.vocabulary import (
+    DEFAULT_MAINTENANCE_GRACE,
+    DEFAULT_PREEMPTION_GRACE,
+    MAINTENANCE_EVENT,
+    PREEMPTED,
+    UPCOMING_MAINTENANCE,
+)
 
 
 @dataclass(frozen=True)
 class Policy:
-    maintenance_grace: float = 300.0
-    preemption_grace: float = 25.0
+    maintenance_grace: float = DEFAULT_MAINTENANCE_GRACE
+    preemption_grace: float = DEFAULT_PREEMPTION_GRACE
     migrate_action: str = "ignore"
     unknown_event_action: str = "drain"
     drain_before_window: float | None = None
     drain_when_ongoing: bool = False
-
-
-def source_of(key: str) -> str:
-    """`instance/maintenance-event` -> `maintenance-event`: the name used in state, logs and metrics."""
-    return key.rsplit("/", 1)[-1]
 
 
 def trigger(value: WatchedValue, policy: Policy, now: float) -> Trigger | None:
@@ -49,7 +46,7 @@ def trigger(value: WatchedValue, policy: Policy, now: float) -> Trigger | None:
     if isinstance(value, MaintenanceEvent):
         return _maintenance(value, policy)
     if isinstance(value, Preempted):
-        return Trigger(PREEMPTED, "TRUE", policy.preemption_grace) if value.preempted else None
+        return Trigger(PREEMPTED.source, "TRUE", policy.preemption_grace) if value.preempted else None
     return _upcoming(value, policy, now)
 
 
@@ -60,7 +57,7 @@ def _maintenance(value: MaintenanceEvent, policy: Policy) -> Trigger | None:
         or (kind is MaintenanceKind.MIGRATE_ON_HOST_MAINTENANCE and policy.migrate_action == "drain")
         or (kind is MaintenanceKind.UNKNOWN and policy.unknown_event_action == "drain")
     )
-    return Trigger(MAINTENANCE, value.raw, policy.maintenance_grace) if drains else None
+    return Trigger(MAINTENANCE_EVENT.source, value.raw, policy.maintenance_grace) if drains else None
 
 
 def _upcoming(value: UpcomingMaintenance, policy: Policy, now: float) -> Trigger | None:
@@ -69,10 +66,12 @@ def _upcoming(value: UpcomingMaintenance, policy: Policy, now: float) -> Trigger
         return None
     label = f"{notice.type or 'MAINTENANCE'} window_start={format_time(notice.window_start)}"
     if policy.drain_when_ongoing and notice.status.upper() == "ONGOING":
-        return Trigger(UPCOMING, label, policy.maintenance_grace)
+        return Trigger(UPCOMING_MAINTENANCE.source, label, policy.maintenance_grace)
     due = upcoming_drain_due(value, policy)
     if due is not None and policy.drain_before_window and now >= due:
-        return Trigger(UPCOMING, label, min(policy.maintenance_grace, policy.drain_before_window))
+        return Trigger(
+            UPCOMING_MAINTENANCE.source, label, min(policy.maintenance_grace, policy.drain_before_window)
+        )
     return None
 
 

@@ -1,4 +1,4 @@
-"""`drain(...)`: SIGTERM the TPU holders, wait for them to exit or the deadline, then SIGKILL what is left.
+"""`run_drain(...)`: SIGTERM the TPU holders, wait for them to exit or the deadline, then SIGKILL the rest.
 
 The loop at the edge around the pure `DrainCore`: it reads the injected clock, runs the scanner, sends
 through the signaller, and waits on the exit waiter (poll(2) on pidfds, so an exit is noticed as it happens).
@@ -20,23 +20,22 @@ from typing import Protocol
 
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain import DrainCore, SendSignal
-from watchdog.core.drain_record import DrainRecord, ExitStatus, OnTimeout, SignalResult
+from watchdog.core.drain_record import DrainRecord, ExitStatus, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.vocabulary import DEFAULT_MAINTENANCE_GRACE, DEFAULT_ON_TIMEOUT, OnTimeout
 from watchdog.host.exits import PidfdExitWaiter
 from watchdog.host.signals import DryRunSignaller, PidfdSignaller, ProcessHandles
 
 __all__ = [
-    "DEFAULT_GRACE",
     "POLL_CAP",
     "DrainListener",
     "DrainPlan",
     "ExitWaiter",
     "Scanner",
     "Signaller",
-    "drain",
+    "run_drain",
 ]
 
-DEFAULT_GRACE = 300.0  # Cloud TPU Autocheckpoint: SIGTERM, then up to 5 minutes before maintenance proceeds
 POLL_CAP = 0.1  # longest wait between looks at cancel/stop (see the module docstring)
 PUBLISH_INTERVAL = 0.1  # on_update at most this often while the drain runs (and once at the end)
 
@@ -73,14 +72,14 @@ class ExitWaiter(Protocol):
 @dataclass(frozen=True)
 class DrainPlan:
     """What a drain is to do. The deadline is `deadline` (absolute, monotonic seconds of the drain's clock:
-    resuming a drain) or, without one, `grace` seconds from the start (default 300 s). `already_signalled`
-    lists the signals an earlier run (or an earlier drain of the same event) sent: SIGTERM is never sent
-    twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks). `late`: a drain for
-    late arrivals (see `watchdog.core.lifecycle`)."""
+    resuming a drain) or, without one, `grace` seconds from the start (default: the maintenance grace).
+    `already_signalled` lists the signals an earlier run (or an earlier drain of the same event) sent:
+    SIGTERM is never sent twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks).
+    `late`: a drain for late arrivals (see `watchdog.core.lifecycle`)."""
 
     grace: float | None = None
     deadline: float | None = None
-    on_timeout: OnTimeout = "kill"
+    on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT
     dry_run: bool = False
     already_signalled: Mapping[ProcessIdentity, Collection[int]] = field(default_factory=dict)
     rescan_interval: float = 1.0
@@ -119,7 +118,7 @@ class DrainListener:
         return True
 
 
-def drain(
+def run_drain(
     holders: Sequence[Holder],
     plan: DrainPlan,
     *,
@@ -147,7 +146,7 @@ def drain(
         signaller = signaller or (DryRunSignaller(owned) if plan.dry_run else PidfdSignaller(owned))
         exits = exits or PidfdExitWaiter(owned)
     now = clock.monotonic()
-    grace = DEFAULT_GRACE if plan.grace is None else plan.grace
+    grace = DEFAULT_MAINTENANCE_GRACE if plan.grace is None else plan.grace
     core = DrainCore(
         holders,
         now=now,

@@ -19,23 +19,26 @@ from dataclasses import dataclass
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
-from watchdog.core.drain_record import DrainRecord, Outcome
+from watchdog.core.drain_record import DrainRecord
 from watchdog.core.lifecycle import (
     Action,
     CancelDrain,
     EventCleared,
     EventStarted,
+    Lifecycle,
     MoveDeadline,
     StartDrain,
 )
 from watchdog.core.metadata_values import UpcomingMaintenance
-from watchdog.core.policy import source_of, trigger, upcoming_drain_due
+from watchdog.core.policy import trigger, upcoming_drain_due
 from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, DaemonState, Outcome, source_of
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
-from watchdog.daemon.view import StatusView, from_records, to_records
+from watchdog.daemon.view import StatusView
+from watchdog.exitcodes import EXIT_OK
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookContext, HookRunner
@@ -83,7 +86,10 @@ class Daemon:
         self.metrics = metrics
         self.inbox: queue.Queue[WatchEvent | DrainDone | None] = queue.Queue()  # None: stop
         self.watcher = watcher_factory(self.inbox.put)
-        self.lifecycle = from_records(store.state, config.maintenance_grace)
+        saved = store.state
+        self.lifecycle = Lifecycle.restored(
+            saved.events, saved.drain, saved.last_outcome, config.maintenance_grace
+        )
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
         self._host_info = host_info
@@ -137,7 +143,7 @@ class Daemon:
             self._refresh_admission()
             self._wedge_if_asked()
         self._shutdown()
-        return 0
+        return EXIT_OK
 
     def _tick(self) -> float:
         """How long the loop may sleep: LOOP_TICK, or less when a late-arrival scan is due sooner."""
@@ -187,12 +193,12 @@ class Daemon:
         if interval is not None and now >= self._next_ping:
             self.notifier.watchdog()
             self._next_ping = now + interval
-        upcoming = self.view.values.get("upcoming-maintenance")
+        upcoming = self.view.values.get(UPCOMING_MAINTENANCE.source)
         if isinstance(upcoming, UpcomingMaintenance):
             due = upcoming_drain_due(upcoming, self.policy)
             if due is not None and self.clock.wall() >= due:
                 verdict = trigger(upcoming, self.policy, self.clock.wall())
-                self._apply(self.lifecycle.observe("upcoming-maintenance", verdict, self._wall()))
+                self._apply(self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, self._wall()))
         if not self.runner.running and self.lifecycle.drain is None and self.lifecycle.events:
             self._watch_late_arrivals(now)
         elif not self.runner.running and now >= self._next_scan:
@@ -251,7 +257,10 @@ class Daemon:
     def _changed(self) -> None:
         """Persist, then show: the state file first, so a crash right now loses nothing."""
         self._refresh_admission()
-        self.store.save_lifecycle(*to_records(self.lifecycle, self.config))
+        life = self.lifecycle
+        self.store.save_lifecycle(
+            life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout
+        )
         self.runner.persisted.set()
         self.reporter.persistence()
         state = self.lifecycle.state.value
@@ -263,23 +272,23 @@ class Daemon:
     def _resume(self) -> None:
         """A drain the previous run did not finish goes on, with its deadline and its signals; an event
         the previous run had not drained yet gets its drain."""
-        episode = self.lifecycle.drain
-        if episode is None:
+        active = self.lifecycle.drain
+        if active is None:
             waiting = self.lifecycle.start_waiting(self._wall())
             if waiting:
                 self._apply(waiting)
                 return
-        if episode is not None:
+        if active is not None:
             log.warning(
                 "resuming the drain started at %.0f: deadline unchanged (%.0f s left)",
-                episode.started,
-                episode.deadline - self._wall(),
-                extra=fields("state_recovered", state="draining"),
+                active.started,
+                active.deadline - self._wall(),
+                extra=fields("state_recovered", state=DaemonState.DRAINING.value),
             )
-            self._start_drain("resumed", episode.deadline, resume=True)
+            self._start_drain("resumed", active.deadline, resume=True)
         self._changed()
 
-    def _start_drain(self, source: str, deadline: float, resume: bool) -> None:
+    def _start_drain(self, cause: str, deadline: float, resume: bool) -> None:
         """Run the lifecycle's current drain. `resume` (or a late-arrival drain): the signals of this
         event's earlier drains, on file, still count."""
         self._refresh_admission()
@@ -288,15 +297,15 @@ class Daemon:
         if resume:
             for record in self.store.state.signals:
                 already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
-        episode = self.lifecycle.drain
+        active = self.lifecycle.drain
         self.runner.start(
             DrainOrder(
-                source,
+                cause,
                 self._to_mono(deadline),
                 deadline,
-                episode.drain_id if episode else "",
-                tuple(episode.event_ids) if episode else (),
-                bool(episode and episode.late),
+                active.drain_id if active else "",
+                tuple(active.event_ids) if active else (),
+                bool(active and active.late),
                 already,
                 await_confirmation=resume and not self.newcomers.settled(self._wall()),
             )

@@ -13,7 +13,7 @@ from watchdog.core.metadata_values import (
     UpcomingMaintenance,
     WatchedValue,
 )
-from watchdog.core.policy import source_of
+from watchdog.core.vocabulary import MAINTENANCE_EVENT, source_of
 from watchdog.daemon.view import StatusView
 from watchdog.metadata.watch import WatchFailed
 from watchdog.store.statefile import StateStore
@@ -52,7 +52,8 @@ class Reporter:
             self.metrics.set_maintenance_event(value.raw)
             if value.kind is MaintenanceKind.UNKNOWN:
                 log.warning(
-                    "maintenance-event has a value this version does not know: %r; policy: %s",
+                    "%s has a value this version does not know: %r; policy: %s",
+                    MAINTENANCE_EVENT.source,
                     value.raw,
                     self.unknown_event_action,
                 )

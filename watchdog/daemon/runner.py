@@ -17,7 +17,8 @@ from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, drain
+from watchdog.core.vocabulary import DaemonState
+from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
 from watchdog.store.statefile import StateStore
 from watchdog.surface.logs import fields
 from watchdog.surface.metrics import Metrics
@@ -33,7 +34,7 @@ PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a
 class DrainOrder:
     """One drain to run: for what (log wording), until when, who was signalled before, how it is known."""
 
-    source: str
+    cause: str  # the source of the event it serves, or "resumed" / "retry"
     deadline: float  # monotonic seconds of the daemon's clock
     wall_deadline: float
     drain_id: str
@@ -107,19 +108,19 @@ class DrainRunner(DrainListener):
             holders = self._first_scan()
             log.warning(
                 "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
-                len(holders), order.source, order.wall_deadline - self.clock.wall(), self.config.on_timeout,
-                extra=fields("drain_started", event=order.source, state="draining", drain_id=order.drain_id,
-                             late=order.late),
+                len(holders), order.cause, order.wall_deadline - self.clock.wall(), self.config.on_timeout,
+                extra=fields("drain_started", event=order.cause, state=DaemonState.DRAINING.value,
+                             drain_id=order.drain_id, late=order.late),
             )  # fmt: skip
             plan = DrainPlan(
                 deadline=order.deadline,
-                on_timeout="kill" if self.config.on_timeout == "kill" else "leave",
+                on_timeout=self.config.on_timeout,
                 dry_run=self.config.dry_run,
                 already_signalled=order.already_signalled,
                 rescan_interval=RESCAN_INTERVAL,
                 late=order.late,
             )
-            record = drain(
+            record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
                 clock=self.clock,
             )  # fmt: skip

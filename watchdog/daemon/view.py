@@ -1,4 +1,4 @@
-"""What the daemon shows: /status, /healthz, /readyz, systemd's STATUS line; and its state as file records.
+"""What the daemon shows: /status, /healthz, /readyz, systemd's STATUS line.
 
 The loop thread writes the daemon's facts here; HTTP threads read them. Each field is replaced whole (never
 mutated in place), so a reader sees either the old or the new value.
@@ -15,53 +15,15 @@ from watchdog import __version__
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord
-from watchdog.core.lifecycle import Episode, Event, Lifecycle
+from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.metadata_values import WatchedValue
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.metadata.watch import MetadataWatcher, WatchMode
-from watchdog.store.records import DrainState, EventRecord, State
 
 LOOP_SILENT_AFTER = 30.0  # /healthz and /livez fail when the loop has not ticked for this long
 # /healthz fails when a watched key has had no good answer for this long: errors retried within it are
 # weather (a 503 storm, a restart of the metadata server); past it, this host could miss an event.
 METADATA_TOLERANCE = 180.0
-
-
-def to_records(life: Lifecycle, config: Config) -> tuple[list[EventRecord], DrainState | None, str | None]:
-    events = [
-        EventRecord(e.source, e.value, e.event_id, e.first_seen, e.drained, e.deadline)
-        for e in life.events.values()
-    ]
-    drain = None
-    if life.drain is not None:
-        d = life.drain
-        drain = DrainState(
-            "draining", d.started, d.deadline, d.deadline - d.started, config.on_timeout,
-            tuple(d.event_ids), d.late, d.drain_id,
-        )  # fmt: skip
-    return events, drain, life.last_outcome
-
-
-def from_records(state: State, default_grace: float = 300.0) -> Lifecycle:
-    """The lifecycle a state file describes. A drain none of whose events is still active was being
-    cancelled when the daemon stopped: it is over (cancelled), not resumed."""
-    life = Lifecycle()
-    for e in state.events:
-        deadline = e.deadline if e.deadline is not None else e.first_seen + default_grace
-        life.events[e.source] = Event(
-            e.event_id, e.source, e.value, e.first_seen, e.drained, deadline, confirmed=False
-        )
-    life.last_outcome = state.last_outcome
-    if state.drain is not None:
-        d = state.drain
-        live = {e.event_id for e in life.events.values()}
-        if live.intersection(d.event_ids):
-            life.drain = Episode(
-                list(d.event_ids), d.started_at, d.deadline_at, late=d.late, drain_id=d.drain_id
-            )
-        else:
-            life.last_outcome = "cancelled"
-    return life
 
 
 class StatusView:

@@ -5,16 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from watchdog.core.metadata_values import (
-    WatchedValue,
-    parse_maintenance_event,
-    parse_preempted,
-    parse_upcoming_maintenance,
-)
+from watchdog.core import vocabulary
+from watchdog.core.metadata_values import PARSERS, WatchedValue
 
-MAINTENANCE_EVENT = "instance/maintenance-event"
-PREEMPTED = "instance/preempted"
-UPCOMING_MAINTENANCE = "instance/upcoming-maintenance"
+MAINTENANCE_EVENT = vocabulary.MAINTENANCE_EVENT.path
+PREEMPTED = vocabulary.PREEMPTED.path
+UPCOMING_MAINTENANCE = vocabulary.UPCOMING_MAINTENANCE.path
 
 
 @dataclass(frozen=True)
@@ -31,15 +27,15 @@ class KeySpec:
 
 
 KEY_SPECS: dict[str, KeySpec] = {
-    MAINTENANCE_EVENT: KeySpec(MAINTENANCE_EVENT, parse_maintenance_event),
-    PREEMPTED: KeySpec(PREEMPTED, parse_preempted),
+    MAINTENANCE_EVENT: KeySpec(MAINTENANCE_EVENT, PARSERS[MAINTENANCE_EVENT]),
+    PREEMPTED: KeySpec(PREEMPTED, PARSERS[PREEMPTED]),
     UPCOMING_MAINTENANCE: KeySpec(
         UPCOMING_MAINTENANCE,
-        parse_upcoming_maintenance,
+        PARSERS[UPCOMING_MAINTENANCE],
         alt="json",
         value_on_503=True,
         unsupported_on_404=True,
         may_poll=True,
     ),
 }
-DEFAULT_KEYS: tuple[str, ...] = (MAINTENANCE_EVENT, PREEMPTED, UPCOMING_MAINTENANCE)
+DEFAULT_KEYS: tuple[str, ...] = tuple(key.path for key in vocabulary.WATCHED_KEYS)

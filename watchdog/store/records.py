@@ -1,4 +1,5 @@
-"""What the state file holds, as plain records with JSON conversion that rejects wrong shapes.
+"""What the state file holds: the lifecycle's own events and drain, and the signals sent, in a JSON form
+that rejects wrong shapes.
 
 Pure. `from_json` raises `StateFormatError` naming the field and what was wrong, so the store can log why
 it set a file aside. Times are wall-clock seconds (the file outlives the process and its monotonic clock).
@@ -12,7 +13,9 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, ON_TIMEOUT, DaemonState, OnTimeout, as_on_timeout
 
 FORMAT = "tpu-watchdog-state"
 VERSION = 1
@@ -103,83 +106,66 @@ class _Reader:
         return [_Reader(item, f"{self._path(name)}[{i}]") for i, item in enumerate(value)]
 
 
-@dataclass(frozen=True)
-class EventRecord:
-    """An active event: which source, its value, our id for it, when it was first seen, whether a drain
-    has covered it (then it never drains again)."""
-
-    source: str  # e.g. "maintenance-event"
-    value: str  # e.g. "TERMINATE_ON_HOST_MAINTENANCE"
-    event_id: str
-    first_seen: float
-    drained: bool = False
-    deadline: float | None = None  # when its drain must end (first_seen + the grace of its trigger)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "source": self.source,
-            "value": self.value,
-            "id": self.event_id,
-            "first_seen": self.first_seen,
-            "drained": self.drained,
-            "deadline": self.deadline,
-        }
-
-    @classmethod
-    def from_json(cls, data: object, where: str = "event") -> EventRecord:
-        r = _Reader(data, where)
-        drained = r.data.get("drained", False)
-        if not isinstance(drained, bool):
-            raise StateFormatError(f"{where}.drained: expected true or false, got {drained!r:.60}")
-        deadline = r.optional_time("deadline") if "deadline" in r.data else None
-        return cls(
-            r.string("source"), r.string("value", empty=True), r.string("id"), r.time("first_seen"), drained,
-            deadline,
-        )  # fmt: skip
+def event_to_json(event: Event) -> dict[str, object]:
+    """An active event as the file keeps it (`confirmed` is not kept: a restart must hear it again)."""
+    return {
+        "source": event.source,
+        "value": event.value,
+        "id": event.event_id,
+        "first_seen": event.first_seen,
+        "drained": event.drained,
+        "deadline": event.deadline,
+    }
 
 
-@dataclass(frozen=True)
-class DrainState:
-    """The drain in progress: phase, start, deadline (wall clock), grace, on_timeout, the events it serves."""
+def event_from_json(data: object, where: str = "event") -> Event:
+    """An event from the file, unconfirmed. Files written before events had deadlines have none."""
+    r = _Reader(data, where)
+    drained = r.data.get("drained", False)
+    if not isinstance(drained, bool):
+        raise StateFormatError(f"{where}.drained: expected true or false, got {drained!r:.60}")
+    deadline = r.optional_time("deadline") if "deadline" in r.data else None
+    source, value, event_id = r.string("source"), r.string("value", empty=True), r.string("id")
+    return Event(event_id, source, value, r.time("first_seen"), drained, deadline, confirmed=False)
 
-    phase: str
-    started_at: float
-    deadline_at: float
-    grace: float
-    on_timeout: str  # kill | leave
-    event_ids: tuple[str, ...] = ()
-    late: bool = False  # for late arrivals: the signals of its events' earlier drains still count
-    drain_id: str = ""  # "" in files written before drains had ids
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "event_ids": list(self.event_ids),
-            "phase": self.phase,
-            "started_at": self.started_at,
-            "deadline_at": self.deadline_at,
-            "grace": self.grace,
-            "on_timeout": self.on_timeout,
-            "late": self.late,
-            "id": self.drain_id,
-        }
+def drain_to_json(drain: ActiveDrain, on_timeout: OnTimeout) -> dict[str, object]:
+    """The drain in progress as the file keeps it. `phase` and `grace` are derived, and written so that the
+    file reads as it always has (an older version requires them); `cancelling` is not kept (see
+    `Lifecycle.restored`)."""
+    return {
+        "event_ids": list(drain.event_ids),
+        "phase": DaemonState.DRAINING.value,
+        "started_at": drain.started,
+        "deadline_at": drain.deadline,
+        "grace": drain.deadline - drain.started,
+        "on_timeout": on_timeout,
+        "late": drain.late,
+        "id": drain.drain_id,
+    }
 
-    @classmethod
-    def from_json(cls, data: object, where: str = "drain") -> DrainState:
-        r = _Reader(data, where)
-        on_timeout = r.string("on_timeout")
-        if on_timeout not in ("kill", "leave"):
-            raise StateFormatError(f"{where}.on_timeout: expected kill or leave, got {on_timeout!r:.60}")
-        ids = r.data.get("event_ids", [])
-        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
-            raise StateFormatError(f"{where}.event_ids: expected a list of event ids, got {ids!r:.60}")
-        late = r.data.get("late", False)
-        if not isinstance(late, bool):
-            raise StateFormatError(f"{where}.late: expected true or false, got {late!r:.60}")
-        drain_id = r.string("id", empty=True) if "id" in r.data else ""
-        return cls(
-            r.string("phase"), r.time("started_at"), r.time("deadline_at"), r.time("grace"), on_timeout,
-            tuple(ids), late, drain_id,
-        )  # fmt: skip
+
+def drain_from_json(data: object, where: str = "drain") -> tuple[ActiveDrain, OnTimeout]:
+    """The drain in progress and what its deadline does. `phase` and `grace` are checked, then left: the
+    deadline says it all. Files written before drains had ids or late arrivals lack `id` and `late`."""
+    r = _Reader(data, where)
+    text = r.string("on_timeout")
+    try:
+        on_timeout = as_on_timeout(text)
+    except ValueError:
+        allowed = " or ".join(ON_TIMEOUT)
+        raise StateFormatError(f"{where}.on_timeout: expected {allowed}, got {text!r:.60}") from None
+    ids = r.data.get("event_ids", [])
+    if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+        raise StateFormatError(f"{where}.event_ids: expected a list of event ids, got {ids!r:.60}")
+    late = r.data.get("late", False)
+    if not isinstance(late, bool):
+        raise StateFormatError(f"{where}.late: expected true or false, got {late!r:.60}")
+    drain_id = r.string("id", empty=True) if "id" in r.data else ""  # "": derived from its start
+    r.string("phase")
+    started, deadline = r.time("started_at"), r.time("deadline_at")
+    r.time("grace")
+    return ActiveDrain(list(ids), started, deadline, late=late, drain_id=drain_id), on_timeout
 
 
 @dataclass(frozen=True)
@@ -222,14 +208,18 @@ class SignalRecord:
 
 
 @dataclass(frozen=True)
-class State:
-    """Everything the daemon must remember across a restart of itself (not of the machine: see boot_id)."""
+class SavedState:
+    """Everything the daemon must remember across a restart of itself (not of the machine: see boot_id),
+    as the file says it: the lifecycle's events and drain (copies, as a reload gives them back), and the
+    signals sent. `on_timeout` is what the drain's deadline does, kept with the drain for `status` (the
+    default when there is no drain)."""
 
     boot_id: str
-    events: tuple[EventRecord, ...] = ()
-    drain: DrainState | None = None
+    events: tuple[Event, ...] = ()
+    drain: ActiveDrain | None = None
     last_outcome: str | None = None  # of the last drain, while its events are still active
     signals: tuple[SignalRecord, ...] = field(default=())  # of the current (or last) drain
+    on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT
 
     @property
     def empty(self) -> bool:
@@ -244,7 +234,7 @@ class State:
         """Signals written as intended but never marked sent: a crash came between. Treat as possibly sent."""
         return tuple(s for s in self.signals if not s.confirmed)
 
-    def with_signal(self, record: SignalRecord) -> State:
+    def with_signal(self, record: SignalRecord) -> SavedState:
         """This state with `record` replacing the one for the same process and signal (or added)."""
         others = tuple(s for s in self.signals if (s.identity, s.signal) != (record.identity, record.signal))
         return replace(self, signals=(*others, record))
@@ -255,14 +245,14 @@ class State:
             "version": VERSION,
             "written_at": written_at,
             "boot_id": self.boot_id,
-            "events": [e.to_json() for e in self.events],
-            "drain": self.drain.to_json() if self.drain else None,
+            "events": [event_to_json(e) for e in self.events],
+            "drain": drain_to_json(self.drain, self.on_timeout) if self.drain else None,
             "last_outcome": self.last_outcome,
             "signals": [s.to_json() for s in self.signals],
         }
 
     @classmethod
-    def from_json(cls, data: object) -> State:
+    def from_json(cls, data: object) -> SavedState:
         r = _Reader(data, "")
         if r.data.get("format") != FORMAT:
             raise StateFormatError(
@@ -275,10 +265,14 @@ class State:
         outcome = r.data.get("last_outcome")
         if outcome is not None and not isinstance(outcome, str):
             raise StateFormatError(f"last_outcome: expected a string or null, got {outcome!r:.60}")
+        boot_id = r.string("boot_id")
+        events = tuple(event_from_json(e.data, e.where) for e in r.items("events"))
+        active, on_timeout = drain_from_json(drain.data, "drain") if drain else (None, DEFAULT_ON_TIMEOUT)
         return cls(
-            boot_id=r.string("boot_id"),
-            events=tuple(EventRecord.from_json(e.data, e.where) for e in r.items("events")),
-            drain=DrainState.from_json(drain.data, "drain") if drain else None,
+            boot_id=boot_id,
+            events=events,
+            drain=active,
             last_outcome=outcome,
             signals=tuple(SignalRecord.from_json(s.data, s.where) for s in r.items("signals")),
+            on_timeout=on_timeout,
         )

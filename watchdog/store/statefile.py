@@ -18,20 +18,14 @@ import os
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.store.records import (
-    DrainState,
-    EventRecord,
-    SignalRecord,
-    State,
-    StateFormatError,
-    plain,
-    signal_name,
-)
+from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, OnTimeout
+from watchdog.store.records import SavedState, SignalRecord, StateFormatError, plain, signal_name
 
 STATE_FILE = "state.json"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -78,28 +72,39 @@ class StateStore:
         self._state = self._load()
 
     @property
-    def state(self) -> State:
+    def state(self) -> SavedState:
         return self._state
 
     # -- the events and the drain ---------------------------------------------------------------------
 
     def save_lifecycle(
-        self, events: Sequence[EventRecord], drain: DrainState | None, last_outcome: str | None
+        self,
+        events: Iterable[Event],
+        drain: ActiveDrain | None,
+        last_outcome: str | None,
+        *,
+        on_timeout: OnTimeout,
     ) -> None:
-        """The daemon's events and drain as they are now. A new drain (another start time) starts with no
-        signals recorded, except a late-arrival drain: the signals of its events' earlier drains still
-        count (one SIGTERM per process per event). The signals of a finished drain stay, for `status`."""
+        """The daemon's events and drain as they are now (copied: the lifecycle goes on changing its own),
+        and what the drain's deadline does. A new drain (another start time) starts with no signals
+        recorded, except a late-arrival drain: the signals of its events' earlier drains still count (one
+        SIGTERM per process per event). The signals of a finished drain stay, for `status`."""
+        saved_events = tuple(replace(e, confirmed=False) for e in events)  # as a reload gives them back
+        saved_drain = (
+            None if drain is None else replace(drain, event_ids=list(drain.event_ids), cancelling=False)
+        )
 
-        def change(state: State) -> State:
+        def change(state: SavedState) -> SavedState:
             new_drain = (
                 drain is not None
                 and not drain.late
-                and (state.drain is None or state.drain.started_at != drain.started_at)
+                and (state.drain is None or state.drain.started != drain.started)
             )
-            signals = () if new_drain or (not events and drain is None) else state.signals
+            signals = () if new_drain or (not saved_events and drain is None) else state.signals
             return replace(
-                state, events=tuple(events), drain=drain, last_outcome=last_outcome, signals=signals
-            )
+                state, events=saved_events, drain=saved_drain, last_outcome=last_outcome, signals=signals,
+                on_timeout=on_timeout if drain is not None else DEFAULT_ON_TIMEOUT,
+            )  # fmt: skip
 
         self._update(change)
 
@@ -150,7 +155,7 @@ class StateStore:
 
     # -- disk ------------------------------------------------------------------------------------------
 
-    def _update(self, change: Callable[[State], State]) -> None:
+    def _update(self, change: Callable[[SavedState], SavedState]) -> None:
         with self._lock:
             self._write(change(self._state))
 
@@ -200,7 +205,7 @@ class StateStore:
         if leftovers:
             log.info("state: removed %d temporary file(s) left by an interrupted write", len(leftovers))
 
-    def _write(self, state: State) -> None:
+    def _write(self, state: SavedState) -> None:
         """Atomically replace the file with `state`; the in-memory state follows even if the disk fails."""
         self._state = state
         data = json.dumps(state.to_json(self.clock.wall()), indent=1).encode()
@@ -224,8 +229,8 @@ class StateStore:
             log.info("state: %s written again", self.path)
         self.write_error = None
 
-    def _load(self) -> State:
-        clean = State(self.boot_id)
+    def _load(self) -> SavedState:
+        clean = SavedState(self.boot_id)
         try:
             raw = _read_regular(self.path, MAX_BYTES + 1)
         except FileNotFoundError:
@@ -238,7 +243,7 @@ class StateStore:
         try:
             if len(raw) > MAX_BYTES:
                 raise StateFormatError(f"larger than {MAX_BYTES} bytes")
-            state = State.from_json(json.loads(raw))
+            state = SavedState.from_json(json.loads(raw))
         except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError, StateFormatError
             self._set_aside("corrupt", str(error))
             return clean

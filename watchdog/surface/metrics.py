@@ -13,12 +13,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.process_collector import ProcessCollector
 
 from watchdog import __version__
+from watchdog.core.metadata_values import MaintenanceKind
+from watchdog.core.vocabulary import FINISHED_OUTCOMES, WATCHED_KEYS, DaemonState
 
-STATES = ("idle", "draining", "drained", "timed_out", "cancelled")
-MAINTENANCE_VALUES = ("NONE", "MIGRATE_ON_HOST_MAINTENANCE", "TERMINATE_ON_HOST_MAINTENANCE", "UNKNOWN")
+# The label values, from the enums and keys they show (tests/surface/test_metrics.py holds them to it).
+STATES = tuple(state.value for state in DaemonState)
+MAINTENANCE_VALUES = tuple(kind.value for kind in MaintenanceKind)
 SIGNALS = ("SIGTERM", "SIGKILL")
-OUTCOMES = ("exited", "timed_out", "no_holders", "cancelled")
-ENDPOINTS = ("maintenance-event", "preempted", "upcoming-maintenance")
+OUTCOMES = tuple(outcome.value for outcome in FINISHED_OUTCOMES)
+ENDPOINTS = tuple(key.source for key in WATCHED_KEYS)
 # Buckets reach past the 300 s maintenance grace, so a drain that needed SIGKILL shows in its own bucket.
 DRAIN_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 240, 300, 310, 330, 360, 600)
 
@@ -94,8 +97,8 @@ class Metrics:
         self._zero_initialise(error_kinds)
 
     def _zero_initialise(self, error_kinds: Iterable[str]) -> None:
-        self.set_state("idle")
-        self.set_maintenance_event("NONE")
+        self.set_state(DaemonState.IDLE.value)
+        self.set_maintenance_event(MaintenanceKind.NONE.value)
         for signal_name in SIGNALS:
             self.signals_sent.labels(signal_name)
         for outcome in OUTCOMES:
@@ -114,7 +117,7 @@ class Metrics:
             self.state.labels(name).set(1 if name == state else 0)
 
     def set_maintenance_event(self, value: str) -> None:
-        shown = value if value in MAINTENANCE_VALUES else "UNKNOWN"
+        shown = value if value in MAINTENANCE_VALUES else MaintenanceKind.UNKNOWN.value
         for name in MAINTENANCE_VALUES:
             self.maintenance_event.labels(name).set(1 if name == shown else 0)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from watchdog.core.lifecycle import State
+from watchdog.core.vocabulary import DaemonState
 from watchdog.surface.metrics import MAINTENANCE_VALUES, STATES, Metrics
 
 REPO = Path(__file__).resolve().parents[3]
@@ -151,7 +151,7 @@ def test_state_timelines_map_every_value_the_daemon_shows() -> None:
         expr = panel["targets"][0]["expr"]
         for code, name in shown.items():
             assert re.search(rf'="{name}"\}} \* {code}\b', expr), f"{title}: {name} is not coded {code}"
-    assert set(STATES) == {s.value for s in State}
+    assert set(STATES) == {s.value for s in DaemonState}
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool missing (apt-get install prometheus)")

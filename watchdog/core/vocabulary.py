@@ -1,0 +1,74 @@
+"""The daemon's words, each defined once: its states, how a drain ends, the watched keys, the default graces.
+
+They are public: metric label values, /status, the journal, hooks and the state file spell them, so
+`surface/metrics.py` and the others derive theirs from here rather than writing them again. Pure.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+
+class DaemonState(str, enum.Enum):
+    """What the daemon is doing (the `tpu_watchdog_state` label, /status `state`)."""
+
+    IDLE = "idle"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+class Outcome(str, enum.Enum):
+    """How one drain ended (the `tpu_watchdog_drains_total` label, /status `last_outcome`, hooks)."""
+
+    EXITED = "exited"  # every holder exited or released the device before the deadline
+    TIMED_OUT = "timed_out"
+    NO_HOLDERS = "no_holders"
+    CANCELLED = "cancelled"  # the event went away before the deadline: nothing was SIGKILLed
+    INTERRUPTED = "interrupted"  # the daemon is stopping mid-drain; resume with the same deadline
+
+
+# The outcomes of a drain that ended: an interrupted one is resumed by the next start, so it never is.
+FINISHED_OUTCOMES: tuple[Outcome, ...] = tuple(o for o in Outcome if o is not Outcome.INTERRUPTED)
+
+OnTimeout = Literal["kill", "leave"]  # at the deadline: SIGKILL what still holds a device, or only report
+ON_TIMEOUT: tuple[OnTimeout, ...] = get_args(OnTimeout)
+DEFAULT_ON_TIMEOUT: OnTimeout = "kill"
+
+
+def as_on_timeout(text: str) -> OnTimeout:
+    """`text` (a checked setting, a field of the state file) as an `OnTimeout`; ValueError if it is none."""
+    for choice in ON_TIMEOUT:
+        if text == choice:
+            return choice
+    raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {text!r}")
+
+
+DEFAULT_MAINTENANCE_GRACE = 300.0  # Cloud TPU: SIGTERM, then up to 5 minutes before maintenance proceeds
+DEFAULT_PREEMPTION_GRACE = 25.0  # Spot and preemptible VMs get about 30 s
+
+
+@dataclass(frozen=True)
+class WatchedKey:
+    """A metadata key the daemon watches: its `path` on the server, and the `source`, the short name the
+    daemon gives it everywhere else (events, the state file, logs, hooks, the metrics' endpoint label)."""
+
+    source: str
+
+    @property
+    def path(self) -> str:
+        return f"instance/{self.source}"
+
+
+MAINTENANCE_EVENT = WatchedKey("maintenance-event")
+PREEMPTED = WatchedKey("preempted")
+UPCOMING_MAINTENANCE = WatchedKey("upcoming-maintenance")
+WATCHED_KEYS: tuple[WatchedKey, ...] = (MAINTENANCE_EVENT, PREEMPTED, UPCOMING_MAINTENANCE)
+
+
+def source_of(key: str) -> str:
+    """`instance/maintenance-event` -> `maintenance-event`: the name used in state, logs and metrics."""
+    return key.rsplit("/", 1)[-1]
