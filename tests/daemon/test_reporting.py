@@ -1,0 +1,72 @@
+"""What the daemon says about metadata errors and its state file: counted every time, said once per change."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from watchdog.config.settings import default_config
+from watchdog.core.clock import SystemClock
+from watchdog.core.lifecycle import Lifecycle
+from watchdog.daemon.reporting import Reporter
+from watchdog.daemon.view import StatusView
+from watchdog.metadata.errors import ErrorKind, MetadataError
+from watchdog.metadata.transport import MetadataTransport
+from watchdog.metadata.watch import MetadataWatcher, WatchFailed
+from watchdog.store.statefile import StateStore
+from watchdog.surface.metrics import Metrics
+
+KEY = "instance/maintenance-event"
+
+
+def reporter(tmp_path: Path) -> Reporter:
+    metrics = Metrics(error_kinds=[k.value for k in ErrorKind])
+    watcher = MetadataWatcher(MetadataTransport("127.0.0.1:9"), lambda _: None, threading.Event())
+    config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
+    view = StatusView(config, SystemClock(), watcher, Lifecycle(), CollectorRegistry())
+    return Reporter(metrics, view, StateStore(str(tmp_path)), "drain")
+
+
+def errors(r: Reporter, kind: str) -> float:
+    value = r.metrics.registry.get_sample_value(
+        "tpu_watchdog_metadata_errors_total", {"endpoint": "maintenance-event", "kind": kind}
+    )
+    return value or 0.0
+
+
+def test_each_error_is_counted_and_a_warning_said_once_per_change_of_kind(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = reporter(tmp_path)
+    caplog.set_level(logging.DEBUG, logger="tpu-watchdog")
+    refused = WatchFailed(KEY, MetadataError(ErrorKind.CONNECTION_REFUSED, KEY, "refused"), 0.0)
+    for _ in range(3):
+        r.metadata_failed(refused)
+    r.metadata_failed(WatchFailed(KEY, MetadataError(ErrorKind.TIMEOUT, KEY, "slow"), 0.0))
+    assert errors(r, "connection_refused") == 3
+    assert errors(r, "timeout") == 1
+    warnings = [rec for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert len(warnings) == 2  # refused once, then timeout: the repeats only at debug
+
+
+def test_a_state_file_that_cannot_be_written_is_said_once_and_its_return_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = reporter(tmp_path)
+    r.store.write_error = OSError(28, "No space left on device")
+    r.persistence()
+    r.persistence()
+    assert r.view.state_error is not None
+    assert "No space left on device" in r.view.state_error
+    assert r.metrics.registry.get_sample_value("tpu_watchdog_state_persisted") == 0
+    r.store.write_error = None
+    r.persistence()
+    assert r.view.state_error is None
+    assert r.metrics.registry.get_sample_value("tpu_watchdog_state_persisted") == 1
+    said = [rec.getMessage() for rec in caplog.records if "PERSISTED" in rec.getMessage().upper()]
+    assert len(said) == 2, said  # not persisted (once), persisted again (once)

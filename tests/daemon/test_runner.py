@@ -1,0 +1,90 @@
+"""The daemon's drain runner: a drain in a thread per order, its waves written ahead to the state file, and a
+resumed drain that waits for the event on file to be confirmed before it signals (or SIGKILLs) anyone."""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import signal
+import threading
+from pathlib import Path
+
+from tests.support.workloads import OwnScanner, Workloads
+from watchdog.config.settings import default_config
+from watchdog.core.clock import SystemClock
+from watchdog.core.drain_record import DrainRecord, Outcome
+from watchdog.daemon.runner import DrainOrder, DrainRunner
+from watchdog.store.statefile import StateStore
+from watchdog.surface.metrics import Metrics
+
+
+def runner_for(workloads: Workloads, state_dir: Path) -> tuple[DrainRunner, queue.Queue[DrainRecord | None]]:
+    done: queue.Queue[DrainRecord | None] = queue.Queue()
+    config = dataclasses.replace(default_config(), devices=(str(workloads.device),), state_dir=str(state_dir))
+    store = StateStore(str(state_dir))
+    runner = DrainRunner(
+        config, scanner=OwnScanner(workloads), store=store, metrics=Metrics(), clock=SystemClock(),
+        stop=threading.Event(), done=done.put, published=lambda _: None, persistence_changed=lambda: None,
+    )  # fmt: skip
+    runner.persisted.set()
+    return runner, done
+
+
+def order(
+    seconds: float, *, resume: bool = False, already: dict[object, set[int]] | None = None
+) -> DrainOrder:
+    clock = SystemClock()
+    return DrainOrder(
+        "maintenance-event", clock.monotonic() + seconds, clock.wall() + seconds, "20261201T000000.000Z",
+        ("ev",), False, already or {}, await_confirmation=resume,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_a_drain_runs_in_its_thread_and_writes_each_signal_ahead(
+    workloads: Workloads, state_dir: Path
+) -> None:
+    child = workloads.start("handled")
+    runner, done = runner_for(workloads, state_dir)
+    runner.start(order(30.0))
+    assert runner.running
+    record = done.get(timeout=30)
+    assert record is not None
+    assert record.outcome is Outcome.EXITED
+    assert child.popen.wait(timeout=10) == 0
+    (written,) = runner.store.state.signals
+    assert (written.identity, written.signal, written.result) == (child.identity, "SIGTERM", "sent")
+    assert (
+        runner.metrics.registry.get_sample_value("tpu_watchdog_signals_sent_total", {"signal": "SIGTERM"})
+        == 1
+    )
+    runner.finished()
+    assert not runner.running
+
+
+def test_a_resumed_drain_waits_for_confirmation_then_kills_on_time(
+    workloads: Workloads, state_dir: Path
+) -> None:
+    stubborn = workloads.start("report")  # signalled before the restart; ignores SIGTERM
+    runner, done = runner_for(workloads, state_dir)
+    runner.start(order(-1.0, resume=True, already={stubborn.identity: {signal.SIGTERM}}))
+    assert done.empty()
+    assert stubborn.alive()  # the deadline has passed, but the event on file is not confirmed yet
+    runner.confirmed.set()  # the metadata server says it is still on
+    record = done.get(timeout=30)
+    assert record is not None
+    assert record.outcome is Outcome.TIMED_OUT
+    assert stubborn.popen.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_resumed_drain_cancelled_while_waiting_signals_nobody(
+    workloads: Workloads, state_dir: Path
+) -> None:
+    stubborn = workloads.start("report")
+    runner, done = runner_for(workloads, state_dir)
+    runner.start(order(-1.0, resume=True, already={stubborn.identity: {signal.SIGTERM}}))
+    runner.cancel.set()  # the metadata server says the event cleared while the daemon was down
+    record = done.get(timeout=30)
+    assert record is not None
+    assert record.outcome is Outcome.CANCELLED
+    assert stubborn.alive()
+    assert runner.store.state.signals == ()
