@@ -25,9 +25,7 @@ def test_an_unconfirmed_event_waits_then_carries_on_until_its_deadline_said_once
 ) -> None:
     newcomers = Newcomers(restored_lifecycle(), started_wall=1100.0, confirm_wait=10.0)
     assert not newcomers.admitted(1105.0)
-    assert not newcomers.settled(1105.0)
     assert newcomers.admitted(1110.0)  # unheard for the whole wait: the maintenance is still coming
-    assert newcomers.settled(1110.0)
     assert newcomers.gave_up_waiting
     assert not newcomers.admitted(1300.0)  # past the deadline, unheard: nobody new
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -35,16 +33,20 @@ def test_an_unconfirmed_event_waits_then_carries_on_until_its_deadline_said_once
     assert "taking it as still on until its deadline" in said[0]
 
 
-def test_a_confirmation_settles_it_at_once() -> None:
+def test_a_confirmation_admits_at_once() -> None:
     life = restored_lifecycle()
     newcomers = Newcomers(life, started_wall=1100.0, confirm_wait=10.0)
     life.observe("maintenance-event", TERMINATE, 1100.5)  # the first answer says it is still on
-    assert newcomers.settled(1100.5)
     assert newcomers.admitted(1100.5)
     assert not newcomers.gave_up_waiting
 
 
-def test_nothing_on_file_is_settled_from_the_start() -> None:
-    newcomers = Newcomers(Lifecycle(), started_wall=1100.0)
-    assert newcomers.settled(1100.0)
-    assert newcomers.admitted(1100.0)
+def test_nothing_on_file_admits_from_the_start() -> None:
+    assert Newcomers(Lifecycle(), started_wall=1100.0).admitted(1100.0)
+
+
+def test_a_drain_with_one_confirmed_event_admits_newcomers() -> None:
+    life = restored_lifecycle()
+    life.late_arrivals(1100.0)  # a drain of the restored, unconfirmed event
+    life.observe("preempted", Trigger("preempted", "TRUE", 30.0), 1100.2)  # a new event joins it
+    assert Newcomers(life, started_wall=1100.0, confirm_wait=10.0).admitted(1100.3)

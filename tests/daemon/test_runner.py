@@ -1,5 +1,5 @@
-"""The daemon's drain runner: a drain in a thread per order, its waves written ahead to the state file, and a
-resumed drain that waits for the event on file to be confirmed before it signals (or SIGKILLs) anyone."""
+"""The daemon's drain runner: a drain in a thread per order, its waves written ahead to the state file; a
+resumed drain keeps the deadline and the SIGKILL of what was signalled before the restart."""
 
 from __future__ import annotations
 
@@ -30,13 +30,11 @@ def runner_for(workloads: Workloads, state_dir: Path) -> tuple[DrainRunner, queu
     return runner, done
 
 
-def order(
-    seconds: float, *, resume: bool = False, already: dict[object, set[int]] | None = None
-) -> DrainOrder:
+def order(seconds: float, *, already: dict[object, set[int]] | None = None) -> DrainOrder:
     clock = SystemClock()
     return DrainOrder(
         "maintenance-event", clock.monotonic() + seconds, clock.wall() + seconds, "20261201T000000.000Z",
-        ("ev",), False, already or {}, await_confirmation=resume,  # type: ignore[arg-type]
+        ("ev",), False, already or {},  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -61,28 +59,26 @@ def test_a_drain_runs_in_its_thread_and_writes_each_signal_ahead(
     assert not runner.running
 
 
-def test_a_resumed_drain_waits_for_confirmation_then_kills_on_time(
+def test_a_resumed_drain_past_its_deadline_kills_at_once_without_a_second_sigterm(
     workloads: Workloads, state_dir: Path
 ) -> None:
     stubborn = workloads.start("report")  # signalled before the restart; ignores SIGTERM
     runner, done = runner_for(workloads, state_dir)
-    runner.start(order(-1.0, resume=True, already={stubborn.identity: {signal.SIGTERM}}))
-    assert done.empty()
-    assert stubborn.alive()  # the deadline has passed, but the event on file is not confirmed yet
-    runner.confirmed.set()  # the metadata server says it is still on
+    runner.start(order(-1.0, already={stubborn.identity: {signal.SIGTERM}}))
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.TIMED_OUT
     assert stubborn.popen.wait(timeout=10) == -signal.SIGKILL
+    assert [s.signal for s in runner.store.state.signals] == ["SIGKILL"]
 
 
-def test_a_resumed_drain_cancelled_while_waiting_signals_nobody(
+def test_a_resumed_drain_cancelled_before_its_deadline_signals_nobody(
     workloads: Workloads, state_dir: Path
 ) -> None:
     stubborn = workloads.start("report")
     runner, done = runner_for(workloads, state_dir)
-    runner.start(order(-1.0, resume=True, already={stubborn.identity: {signal.SIGTERM}}))
-    runner.cancel.set()  # the metadata server says the event cleared while the daemon was down
+    runner.start(order(60.0, already={stubborn.identity: {signal.SIGTERM}}))
+    runner.cancel.set()  # the first metadata answer says the event cleared while the daemon was down
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.CANCELLED

@@ -169,12 +169,12 @@ def test_with_the_metadata_server_unreachable_past_the_deadline_nobody_new_is_si
         assert harness.metric(SIGNALS, signal="SIGTERM") == 0
 
 
-def test_a_job_signalled_before_the_restart_is_not_killed_for_an_event_that_cleared_meanwhile(
+def test_a_job_signalled_before_the_restart_keeps_its_deadline_and_a_clear_heard_in_time_cancels_it(
     fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
 ) -> None:
     stubborn = workloads.start("report")  # got its SIGTERM from the dead daemon; ignores it
-    crashed_mid_event(state_dir, time.time() - 1.0, drained=False, signalled=stubborn.identity)
-    fake.set(MAINTENANCE, "NONE")  # cleared while the daemon was down, before the restart; deadline passed
+    crashed_mid_event(state_dir, time.time() + 30.0, drained=False, signalled=stubborn.identity)
+    fake.set(MAINTENANCE, "NONE")  # cleared while the daemon was down; its deadline is still ahead
     with DaemonHarness(state_dir, fake, workloads) as harness:
         harness.wait_state("idle")
         assert harness.metric(SIGNALS, signal="SIGKILL") == 0

@@ -217,11 +217,8 @@ class Daemon:
             self._apply(self.lifecycle.late_arrivals(self._wall()))
 
     def _refresh_admission(self) -> None:
-        """What the drain thread reads: may it signal newcomers, and is the event on file confirmed."""
-        now = self._wall()
-        self.runner.admit = self.newcomers.admitted(now)
-        if self.newcomers.settled(now):
-            self.runner.confirmed.set()
+        """What the drain thread reads: may it signal processes nobody signalled before."""
+        self.runner.admit = self.newcomers.admitted(self._wall())
 
     # -- actions of the lifecycle --------------------------------------------------------------------
 
@@ -307,7 +304,6 @@ class Daemon:
                 tuple(active.event_ids) if active else (),
                 bool(active and active.late),
                 already,
-                await_confirmation=resume and not self.newcomers.settled(self._wall()),
             )
         )
 

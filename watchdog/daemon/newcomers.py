@@ -4,9 +4,9 @@ restored event to be confirmed after a restart. The loop thread asks; the drain 
 After a restart, events on file are confirmed by the metadata server's first answer before anyone new is
 signalled. If it cannot be heard within CONFIRM_WAIT, the event is taken as still on (the maintenance is
 then most likely still coming) until its deadline; past its deadline, an unheard event signals nobody new.
-Processes signalled before the restart keep their deadline and their SIGKILL; a resumed drain starts once
-the first answer is in (normally milliseconds) or the wait is over, so a job is never killed for an event
-that cleared while the daemon was down.
+Processes signalled before the restart keep their deadline and their SIGKILL: a resumed drain starts at
+once, and what still holds a device at the deadline is killed, heard or not (a clear heard in time cancels
+the drain, as ever). The gate is per drain: a drain one of whose events is confirmed admits newcomers.
 """
 
 from __future__ import annotations
@@ -48,12 +48,6 @@ class Newcomers:
                 "nobody new is signalled (those signalled before keep their deadline)",
             )  # fmt: skip
         return admit
-
-    def settled(self, now: float) -> bool:
-        """True once nothing on file awaits confirmation: every event heard in this run, or the wait over.
-        Until then a resumed drain SIGKILLs nobody either: its event may have cleared while we were down."""
-        events = self.lifecycle.events.values()
-        return now >= self.unconfirmed_until or all(e.confirmed for e in events)
 
     @property
     def gave_up_waiting(self) -> bool:

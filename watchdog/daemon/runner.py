@@ -41,9 +41,6 @@ class DrainOrder:
     event_ids: tuple[str, ...]
     late: bool
     already_signalled: Mapping[ProcessIdentity, Collection[int]]
-    await_confirmation: bool = (
-        False  # resumed after a restart: start once the event is confirmed (or unheard)
-    )
 
 
 class DrainRunner(DrainListener):
@@ -71,7 +68,6 @@ class DrainRunner(DrainListener):
         self.thread: threading.Thread | None = None
         self.deadline_mono = 0.0
         self.admit = True
-        self.confirmed = threading.Event()  # set by the loop once nothing on file awaits confirmation
         self._order: DrainOrder | None = None
 
     @property
@@ -101,10 +97,6 @@ class DrainRunner(DrainListener):
     def _run(self, order: DrainOrder) -> None:
         record: DrainRecord | None = None
         try:
-            while order.await_confirmation and not self.confirmed.is_set():
-                if self.cancel.is_set() or self.stop.is_set():
-                    break  # the drain below ends at once, cancelled or interrupted, having sent nothing
-                self.confirmed.wait(0.1)
             holders = self._first_scan()
             log.warning(
                 "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
