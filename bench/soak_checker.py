@@ -21,6 +21,7 @@ reaper (the driver's timing) is told apart from a late daemon; the message gives
 
 from __future__ import annotations
 
+import re
 import signal
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ REACT = 2.5  # s a holder may hold the device, with an event on and known, befor
 MATCH = 5.0  # most s between a signal's daemon log line and its receipt
 BELIEF_STARTS = ("event_started", "drain_started", "state_recovered", "signal_sent")
 HEARD = BELIEF_STARTS[:3]  # what shows the daemon knows of an event, the signals it sends aside
+# A restarted daemon signals nobody new for an event on file until the metadata server confirms it, or for
+# this long (watchdog/daemon/newcomers.py CONFIRM_WAIT): newcomers are owed a SIGTERM only after either.
+CONFIRM_WAIT = 10.0
+CONFIRMING = re.compile(r"^instance/(preempted: TRUE|maintenance-event: TERMINATE_ON_HOST_MAINTENANCE)$")
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,12 @@ class _Checker:
         self.facts = facts
         self.verdict = Verdict()
         self.used: set[int] = set()  # ids of daemon log lines already joined to a receipt or a death
+        # What each daemon knew, for SIGTERMs owed to newcomers: a restarted daemon's knowledge of the
+        # event on file counts from its confirmation (or the end of the wait): it signals nobody new before.
         self.beliefs = [
-            (start, end, i.index) for i in facts.instances for start, end in _beliefs(i, facts.end)
+            (max(start, _confirmed(i)) if _restored(i, start) else start, end, i.index)
+            for i in facts.instances
+            for start, end in _beliefs(i, facts.end)
         ]
         self.terms: dict[tuple[int, int], list[float]] = {}  # (holder serial, episode index) -> receipts
         self.sent: dict[tuple[object, object], list[LogLine]] = {}  # (pid, signal) -> the daemons' lines
@@ -115,10 +124,13 @@ class _Checker:
     def sender(self, line: LogLine | None, at: float) -> Instance | None:
         return self.facts.instances[line.instance - 1] if line is not None else self.instance_at(at)
 
-    def attribute(self, what: str, at: float, sender: Instance | None) -> Episode | None:
+    def attribute(
+        self, what: str, at: float, sender: Instance | None, kept: HolderFacts | None = None
+    ) -> Episode | None:
         """The event a signal received at `at` is for; None (flagged) if none: it came more than
         CLEAR_SLACK after the last clear, or, however soon, from a daemon started after that clear (which
-        must have waited for a fresh metadata answer)."""
+        must have waited for a fresh metadata answer). `kept`: a SIGKILL's holder; one that got its SIGTERM
+        from an earlier daemon keeps its deadline and its SIGKILL across the restart, heard or not."""
         episode = self.episode_at(at)
         cleared = episode.cleared if episode is not None else None
         if (
@@ -128,6 +140,9 @@ class _Checker:
             and sender
             and sender.started > cleared
         ):
+            if self.kept_kill(kept, episode, sender, at):
+                self.verdict.counts["kept_kills_after_restart"] += 1
+                return episode  # by the rule: a deadline kept across the restart, heard or not
             self.flag(at, f"{what} for the {self.describe(episode)}, which cleared while no daemon ran, by "
                       f"daemon #{sender.index} started {sender.started - cleared:.1f} s after the clear: it "
                       "signalled without a fresh metadata answer")  # fmt: skip
@@ -139,6 +154,12 @@ class _Checker:
             self.flag(at, f"{what} outside any event")
             return None
         return episode
+
+    def kept_kill(self, holder: HolderFacts | None, episode: Episode, sender: Instance, at: float) -> bool:
+        """A SIGKILL, at or past the deadline, of a holder an earlier daemon SIGTERMed in this event."""
+        if holder is None or episode.deadline is None or at < episode.deadline - KILL_TOLERANCE:
+            return False
+        return any(t < sender.started for t in self.terms.get((holder.serial, episode.index), []))
 
     def unheard(self, sender: Instance | None, at: float) -> bool:
         """The sender's log shows it still knew of the event when it sent (at most 1 s before `at`): it had
@@ -249,11 +270,13 @@ class _Checker:
         sender = self.sender(line, died)
         if line is None and not self.crash_near(died):
             self.flag(died, f"{name} was SIGKILLed, and no daemon's log names it (a signal from elsewhere?)")
-        episode = self.attribute(f"SIGKILL of {name}", died, sender)
+        episode = self.attribute(f"SIGKILL of {name}", died, sender, kept=holder)
         if episode is None:
             return
         self.verdict.counts["killed_without_sigterm"] += not self.terms.get((holder.serial, episode.index))
         deadline, due = episode.deadline, self.kill_due(episode)
+        if due is None and sender is not None and self.kept_kill(holder, episode, sender, died):
+            return  # kept across a restart after a clear no daemon heard: no daemon knew of it in time
         if deadline is None or due is None:
             self.flag(died, f"SIGKILL of {name} in the {self.describe(episode)}, with no deadline known")
             return
@@ -307,6 +330,8 @@ class _Checker:
                     self.flag(seen, f"the deadline of the {self.describe(episode)} moved later: "
                                     f"{first:.3f} -> {deadline:.3f}")  # fmt: skip
             if episode.drained_at_clear is False and episode.cleared is not None:
+                if self.kill_due(episode) is None:
+                    continue  # no daemon knew of it from its deadline to its clear (down, or starting up)
                 self.flag(episode.cleared, f"the {self.describe(episode)} outlived its deadline undrained")
 
     def daemons(self) -> None:
@@ -335,6 +360,22 @@ class _Checker:
 
     def describe(self, episode: Episode) -> str:
         return f"{episode.source} event #{episode.index} of t+{episode.started - self.facts.t0:.1f} s"
+
+
+def _restored(instance: Instance, start: float) -> bool:
+    """This belief window of a daemon opens with what it read from the state file (not a value it heard)."""
+    first = next((x for x in sorted(instance.lines, key=lambda x: x.at) if x.at + x.resolution >= start
+                  and x.kind in BELIEF_STARTS), None)  # fmt: skip
+    return first is not None and (
+        first.kind == "state_recovered" or (first.kind == "drain_started" and first.get("event") == "resumed")
+    )
+
+
+def _confirmed(instance: Instance) -> float:
+    """When a restarted daemon may signal newcomers: its first answer saying an event is on, or the end of
+    the confirmation wait."""
+    heard = [x.at for x in instance.lines if CONFIRMING.match(x.message)]
+    return min([*heard, instance.started + CONFIRM_WAIT])
 
 
 def _name(holder: HolderFacts) -> str:
