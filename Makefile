@@ -47,8 +47,18 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist). Most of its time is spent waiting on real
+# processes, servers and deadlines, not computing, so more workers than the 2 cores here pay off, up to a
+# point: at 6 or 8 the timing-sensitive scenarios (the soak, the fleet, 500 holders) start failing when the
+# machine is busy. The measurements are in docs/benchmarks.md ("make test"). --dist loadgroup: each test
+# goes to the next free worker, a group (tests/conftest.py) to one worker. PYTHONDONTWRITEBYTECODE is unset
+# for the run so the bytecode of the tests (and of what they start) is cached in __pycache__ (ignored by
+# git): else every worker compiles and assert-rewrites every test module again, and every daemon started
+# compiles too.
+TEST_WORKERS ?= 4
+
 unit: setup
-	$(BIN)/pytest
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test: lint typecheck unit
 

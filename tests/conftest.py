@@ -1,4 +1,10 @@
-"""Fixtures shared by the tests that run a daemon: a fake metadata server, and workloads on a device node."""
+"""Fixtures shared by the tests that run a daemon: a fake metadata server, and workloads on a device node.
+
+Also the order the suite runs in. `make test` runs it on several workers (pytest-xdist, `--dist loadgroup`:
+each test goes to the next free worker, a group to one worker). The scenario tests that take tens of
+seconds are collected first, longest first, so that they start at once and the run does not end with one
+of them still going while the other workers have nothing left to do (docs/benchmarks.md, "make test").
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,55 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support.workloads import Workloads
 from watchdog.fake.server import FakeMetadataServer
+
+# Hypothesis's deadline per example (200 ms) and its too-slow health check time the machine, not the code:
+# on 2 shared cores, with the other workers of the run busy, parsing a few bytes has taken 268 ms. What an
+# example does is the test; how long it takes is no promise of the code (bench/ measures what is).
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
+
+# Node id prefixes of the longest tests, longest first (measured on 2 shared cores). Every prefix must still
+# name a test (tests/test_scheduling.py checks): a renamed module would otherwise just lose its place.
+LONGEST_FIRST = (
+    "tests/system/test_soak.py::",  # 60 s by design
+    "tests/system/packaging/test_deb.py::",  # one group: the build and the container are module fixtures
+    "tests/system/test_daemon_faults.py::test_metadata_server_down_for_30_s",  # 30 s by design
+    "tests/system/test_fleet.py::",  # 50 daemons and a Prometheus
+    "tests/system/test_e2e_jax.py::",  # JAX's import alone is seconds of CPU
+    "tests/system/test_load.py::",  # 500 holders, a 5 s grace
+    "tests/system/systemd/test_nspawn.py::",  # one group: the booted container is a module fixture
+    "tests/system/test_crash_restart.py::test_kill_9_at_a_random_point_of_a_drain_keeps_every_promise",
+    "tests/system/test_daemon_faults.py::",
+    "tests/system/test_metrics_scrape.py::",
+    "tests/system/test_daemon_restart.py::",
+    "tests/daemon/",
+    "tests/system/",
+)
+# Modules whose module-scoped fixtures are expensive (a .deb build, a booted container): run on one worker,
+# so each is set up once.
+ONE_WORKER = {
+    "tests/system/packaging/test_deb.py": "deb",
+    "tests/system/systemd/test_nspawn.py": "nspawn",
+}
+
+
+def rank(nodeid: str) -> int:
+    """Where a test goes: the index of the first LONGEST_FIRST prefix it has, after all of them if none."""
+    ranks = (i for i, prefix in enumerate(LONGEST_FIRST) if nodeid.startswith(prefix))
+    return next(ranks, len(LONGEST_FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = ONE_WORKER.get(item.nodeid.partition("::")[0])
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: rank(item.nodeid))  # stable: the rest keep their collection order
 
 
 @pytest.fixture

@@ -124,6 +124,7 @@ def test_one_drain_per_event_across_a_watch_reconnect(
         harness.wait_state("drained")
         newcomer = workloads.start("report")  # a supervisor restarted the job
         fake.add_fault(Fault(kind="reset", count=2, path=MAINTENANCE))
+        fake.expire_hanging()  # the watch's next request meets the reset now
         wait_for(lambda: any(r.note == "fault:reset" for r in fake.requests()), what="the watch to be reset")
         harness.wait_metric(
             "tpu_watchdog_metadata_errors_total", 1, endpoint="maintenance-event", kind="connection_reset"

@@ -265,6 +265,18 @@ def test_a_key_deleted_while_waiting_answers_404(fake: FakeMetadataServer) -> No
     assert waiting.result().status_code == 404
 
 
+def test_expire_hanging_answers_every_hanging_get_as_at_its_timeout(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
+    etag = get(fake, session, ME).headers["ETag"]
+    waiting = [hang(fake, ME, last_etag=etag, timeout_sec="600") for _ in range(3)]
+    wait_for(lambda: fake.hanging() == 3, what="3 GETs to hang")
+    fake.expire_hanging()
+    answers = [w.result(timeout=10) for w in waiting]
+    assert [(a.status_code, a.text, a.headers["ETag"]) for a in answers] == [(200, "NONE", etag)] * 3
+    assert [r.note for r in fake.requests()[-3:]] == ["timeout"] * 3
+
+
 def test_stop_ends_hanging_gets(fake: FakeMetadataServer) -> None:
     waiting = [hang(fake, ME, timeout_sec="600") for _ in range(3)]
     wait_for(lambda: fake.hanging() == 3, what="3 GETs to hang")

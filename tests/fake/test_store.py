@@ -168,6 +168,19 @@ def test_stop_wakes_every_waiter() -> None:
     assert [w.outcome().outcome for w in waiters] == ["stopped"] * 5
 
 
+def test_expire_ends_the_waits_in_progress_as_timeouts_and_later_ones_hang() -> None:
+    store, stop = MetadataStore(), threading.Event()
+    waiters = [Waiter(store, stop) for _ in range(3)]  # each would hang 30 s
+    wait_for(lambda: store.waiting() == 3, what="3 waiters")
+    store.expire_waits()
+    assert [w.outcome() for w in waiters] == [WaitResult(store.lookup(ME), "timeout")] * 3
+    later = Waiter(store, stop)  # begun after the expiry: hangs until something happens
+    wait_for(lambda: store.waiting() == 1, what="a new waiter")
+    assert later.thread.is_alive()
+    store.set(ME, "MIGRATE_ON_HOST_MAINTENANCE")
+    assert later.outcome().outcome == "changed"
+
+
 def test_an_abandoned_wait_ends() -> None:
     store, stop = MetadataStore(), threading.Event()
     gone = threading.Event()

@@ -288,6 +288,7 @@ def test_upcoming_maintenance_falls_back_to_polling_on_400(
     watch = start_watch(UPCOMING_MAINTENANCE)
     wait_for(lambda: recorder.values(), what="the first value")
     fake.add_fault(Fault(kind="status", status=400, path=UPCOMING_MAINTENANCE))
+    fake.expire_hanging()
     wait_for(lambda: watch.status().mode is WatchMode.POLLING, what="polling")
     fake.set(UPCOMING_MAINTENANCE, NOTICE)
     wait_for(lambda: len(recorder.values()) == 2, what="the notice, by polling")

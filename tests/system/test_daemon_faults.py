@@ -133,6 +133,7 @@ def test_a_fault_on_every_request_is_counted_signals_nothing_and_the_next_event_
     fake: FakeMetadataServer, holder: Child, harness: DaemonHarness, fault: Fault, kind: str, at_least: int
 ) -> None:
     fake.add_fault(fault)
+    fake.expire_hanging()  # the next requests meet the fault now, not when their hanging GETs time out
     wait_for(
         lambda: all(harness.metric(ERRORS, endpoint=e, kind=kind) >= at_least for e in ENDPOINTS.values()),
         timeout=30,
@@ -170,6 +171,7 @@ def test_etag_changes_without_value_changes_are_not_events(
 ) -> None:
     before = len(fake.requests())
     fake.add_fault(Fault("etag", STORM))
+    fake.expire_hanging()
     wait_for(lambda: len(fake.requests()) - before >= 30, what="30 answers with fresh ETags")
     quiet_and_healthy(harness, holder)
     assert sum(s.changes for s in harness.daemon.watcher.statuses()) == len(ENDPOINTS)  # the first values
@@ -183,6 +185,7 @@ def test_a_404_on_one_key_is_counted_and_passes(
     fake: FakeMetadataServer, holder: Child, harness: DaemonHarness, key: str
 ) -> None:
     fake.add_fault(Fault("status", STORM, status=404, path=key))
+    fake.expire_hanging()
     wait_for(lambda: harness.metric(ERRORS, endpoint=ENDPOINTS[key], kind="http_404") >= 1, what="a 404")
     if key == UPCOMING:  # "not on this machine": asked again now and then, not every backoff
         watch = next(w for w in harness.daemon.watcher.watches if w.key == UPCOMING)
@@ -204,6 +207,7 @@ def test_a_404_during_an_event_does_not_cancel_its_drain(
         fake.set(UPCOMING, {"maintenance_status": "ONGOING", "type": "SCHEDULED"})
         job.expect("term")
         fake.add_fault(Fault("status", STORM, status=404, path=UPCOMING))
+        fake.expire_hanging()
         wait_for(lambda: harness.metric(ERRORS, endpoint="upcoming-maintenance", kind="http_404") >= 1)
         wait_for(lambda: len([r for r in fake.requests() if r.status == 404]) >= 3, what="rechecks")
         assert harness.state == "draining"
@@ -242,6 +246,7 @@ def test_healthz_fails_only_after_the_tolerance_and_recovers(
     view.metadata_tolerance = 3.0
     fake.add_fault(Fault("status", STORM, status=503))
     failing_since = time.time()
+    fake.expire_hanging()  # the last good answers, now; then only 503s
     wait_for(lambda: errors(harness, "http_5xx") >= 3, what="503s")
     assert view.health() == (True, "ok")  # a storm shorter than the tolerance is weather
     _, reason = wait_for(lambda: (lambda h: h if not h[0] else None)(view.health()), timeout=20)

@@ -88,7 +88,8 @@ def test_the_drain_goes_on_from_memory_and_says_so_loudly(
         assert harness.daemon.store.write_error is not None
         assert harness.daemon.store.write_error.errno == expected
         assert harness.metric("tpu_watchdog_drains_total", outcome="exited") == 1
-        assert "STATE IS NOT PERSISTED" in caplog.text
+        # The loop logs just after it sets the metric not_persisted() waited for.
+        wait_for(lambda: "STATE IS NOT PERSISTED" in caplog.text, what="the error in the log")
         # Space again (or writable again): the next change is written and the daemon says so.
         if failure == "disk-full":
             filler.unlink()
@@ -98,5 +99,5 @@ def test_the_drain_goes_on_from_memory_and_says_so_loudly(
         harness.wait_state("idle")
         wait_for(lambda: harness.metric(PERSISTED) == 1, what="persisted again")
         assert harness.daemon.view.state_error is None
-        assert "state is persisted again" in caplog.text
+        wait_for(lambda: "state is persisted again" in caplog.text, what="the all-clear in the log")
         assert harness.daemon.store.state.events == ()

@@ -115,6 +115,10 @@ class FakeMetadataServer:
         """How many wait_for_change requests are hanging right now."""
         return self.store.waiting()
 
+    def expire_hanging(self) -> None:
+        """Answer every hanging GET now, as at the end of its timeout (the value unchanged)."""
+        self.store.expire_waits()
+
     def add_fault(self, fault: Fault) -> None:
         self.faults.add(fault)
 

@@ -125,6 +125,7 @@ class MetadataStore:
         self._values: dict[str, Value] = dict(defaults)
         self._cond = threading.Condition()
         self._waiting = 0
+        self._expired = 0  # how many times expire_waits() has run: a wait begun before it has timed out
 
     # --- changes -------------------------------------------------------------------------------------
     def set(self, path: str, content: MetadataValue, status: int = 200) -> bool:
@@ -199,7 +200,7 @@ class MetadataStore:
         with self._cond:
             self._waiting += 1
             try:
-                return self._wait(key, last_etag, deadline, stop, abandoned, check_every)
+                return self._wait(key, last_etag, deadline, stop, abandoned, check_every, self._expired)
             finally:
                 self._waiting -= 1
 
@@ -211,6 +212,7 @@ class MetadataStore:
         stop: threading.Event,
         abandoned: Callable[[], bool] | None,
         check_every: float,
+        expired: int,
     ) -> WaitResult:
         snapshot = self._snapshot(key)
         if last_etag is None:
@@ -221,7 +223,7 @@ class MetadataStore:
             if stop.is_set():
                 return WaitResult(snapshot, "stopped")
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._expired != expired:
                 return WaitResult(snapshot, "timeout")
             if not self._cond.wait(min(remaining, check_every)) and abandoned is not None and abandoned():
                 return WaitResult(snapshot, "abandoned")
@@ -231,6 +233,14 @@ class MetadataStore:
         """How many hanging waits are in progress (tests wait for a client to be hanging)."""
         with self._cond:
             return self._waiting
+
+    def expire_waits(self) -> None:
+        """End every hanging wait in progress as if its timeout had just passed: each answers the current
+        value, unchanged, at once (waits begun afterwards hang as usual). Lets a test skip the idle rest of
+        a hanging GET, e.g. to have the next request meet a fault it just added."""
+        with self._cond:
+            self._expired += 1
+            self._cond.notify_all()
 
     def wake_all(self) -> None:
         """Wake every hanging wait so it re-checks its stop event."""
