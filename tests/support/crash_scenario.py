@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.waiting import wait_for
+from watchdog.daemon.runner import RESCAN_INTERVAL
 
 REPO = Path(__file__).resolve().parents[2]
 POINTS = (
@@ -314,7 +315,9 @@ def check(facts: dict[str, Any]) -> list[str]:
                 out.append(
                     f"event {event['id']}: deadline moved later {first:.3f} -> {event['deadline']:.3f}"
                 )
-    starts = sorted({s["drain"]["started_at"] for s in states if s["drain"]})
+    # A late-arrival drain (a holder no run had signalled: after a restart, once the event is confirmed) is
+    # the same event's drain going on, not a second drain of it.
+    starts = sorted({s["drain"]["started_at"] for s in states if s["drain"] and not s["drain"].get("late")})
     if len(starts) > 1:
         out.append(f"the event was drained more than once: drains started at {starts}")
     excused = {pid for crash in facts.get("crashes", []) for pid in crash.get("unconfirmed_term", [])}
@@ -351,6 +354,13 @@ def check(facts: dict[str, Any]) -> list[str]:
     return out
 
 
+def _newcomer_wait(terms: list[float], due: float) -> float:
+    """A holder whose SIGTERM a crash kept from going out is, to the restarted daemon, one nobody signalled:
+    it is signalled (and, past the deadline, killed) at the late-arrival scan after the event is confirmed,
+    up to RESCAN_INTERVAL after the daemon is up."""
+    return RESCAN_INTERVAL if terms and min(terms) >= due - SLACK else 0.0
+
+
 def _check_holder(holder: dict[str, Any], deadline: float | None, due: float, excused: set[int]) -> list[str]:
     out: list[str] = []
     name = f"holder {holder['pid']} ({holder['mode']})"
@@ -364,7 +374,7 @@ def _check_holder(holder: dict[str, Any], deadline: float | None, due: float, ex
     if holder["mode"] == "ignore" and deadline is not None:
         if not killed or died is None:
             out.append(f"{name} was not SIGKILLed by the daemon (exit {code})")
-        elif not deadline - SLACK <= died <= due + SLACK:
+        elif not deadline - SLACK <= died <= due + SLACK + _newcomer_wait(terms, due):
             out.append(
                 f"{name} SIGKILLed at {died:.3f}: {died - deadline:+.3f} s from the deadline {deadline:.3f}"
                 + (f" (no daemon up until {due:.3f})" if due > deadline else "")
@@ -550,7 +560,11 @@ class StateWatch:
             "events": [
                 {"id": e["id"], "deadline": e["deadline"], "drained": e["drained"]} for e in data["events"]
             ],
-            "drain": {"started_at": drain["started_at"], "deadline_at": drain["deadline_at"]}
+            "drain": {
+                "started_at": drain["started_at"],
+                "deadline_at": drain["deadline_at"],
+                "late": drain.get("late", False),
+            }
             if drain
             else None,
             "last_outcome": data["last_outcome"],
