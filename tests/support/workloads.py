@@ -22,7 +22,7 @@ from pathlib import Path
 
 from watchdog.core.process import ProcessIdentity
 from watchdog.host.holders import HolderScanner, ScanResult
-from watchdog.host.procfs import start_time
+from watchdog.host.procfs import Procfs, start_time
 
 # Modes: default (SIGTERM's default action), handled (saves, exits 0), slow (exits 0 ~1 s after SIGTERM),
 # ignore (SIG_IGN: needs SIGKILL), release (closes the device on SIGTERM, keeps running; opens it again on
@@ -249,13 +249,31 @@ class Workloads:
             child.close()
 
 
-class OwnScanner:
-    """The real `HolderScanner` on the test's node, narrowed to the test's own processes: whatever else
-    shares the node's device number, a test never drains (signals) anything it did not start."""
+class HostProcfs(Procfs):
+    """The real /proc, listing only the processes of one `Workloads`: what a machine of their own would show.
+    For tests that run many daemons in one process, each standing in for a VM (tests/system/test_fleet.py):
+    there, 50 scans of this machine's whole /proc at a time (every test's processes) are work no real host
+    does, and in one process (one GIL) they starved the daemons under load."""
 
     def __init__(self, workloads: Workloads) -> None:
+        super().__init__()
+        self.workloads = workloads
+
+    def pids(self) -> list[int]:
+        own = {identity.pid for identity in self.workloads.identities()}
+        return [pid for pid in super().pids() if pid in own]
+
+
+class OwnScanner:
+    """The real `HolderScanner` on the test's node, narrowed to the test's own processes: whatever else
+    shares the node's device number, a test never drains (signals) anything it did not start. With
+    `host_only`, it also reads only their entries of /proc (`HostProcfs`)."""
+
+    def __init__(self, workloads: Workloads, host_only: bool = False) -> None:
         self.workloads = workloads
         self.inner = HolderScanner(patterns=[str(workloads.device)])
+        if host_only:
+            self.inner.procfs = HostProcfs(workloads)
 
     def scan(self) -> ScanResult:
         result = self.inner.scan()

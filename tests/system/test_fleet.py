@@ -5,7 +5,8 @@ exactly those 7 hosts (by instance_id), count them on their slice only, and let 
 
 The daemons run in this process (the real Daemon, watches over loopback HTTP, the real HTTP surface); each
 scans /proc with tests.support.workloads.OwnScanner, so it can only ever signal the processes this test
-started.
+started, and reads only its own host's entries there (host_only: a VM's /proc holds its own processes, not
+the 50 hosts' and the rest of the test run's).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def start_host(root: Path, index: int, slice_: tuple[str, str], worker_id: int) 
     stop = threading.Event()
     wiring = Wiring(
         metadata_host=fake.address, timeout_sec=HANG_SEC, timing=FAST,
-        backoff=lambda: Backoff(initial=0.05, cap=0.5), scanner=OwnScanner(workloads),
+        backoff=lambda: Backoff(initial=0.05, cap=0.5), scanner=OwnScanner(workloads, host_only=True),
         notifier=Notifier(environ={}),
     )  # fmt: skip
     built = build_daemon(config, stop, wiring)  # host_info on: the daemon asks its metadata server
