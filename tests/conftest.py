@@ -2,8 +2,8 @@
 
 Also the order the suite runs in. `make test` runs it on several workers (pytest-xdist, `--dist loadgroup`:
 each test goes to the next free worker, a group to one worker). The scenario tests that take tens of
-seconds are collected first, longest first, so that they start at once and the run does not end with one
-of them still going while the other workers have nothing left to do (docs/benchmarks.md, "make test").
+seconds are collected first (RUN_FIRST), so that they start early and the run does not end with one of
+them still going while the other workers have nothing left to do (docs/benchmarks.md, "make test").
 """
 
 from __future__ import annotations
@@ -23,20 +23,24 @@ from watchdog.fake.server import FakeMetadataServer
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
 
-# Node id prefixes of the longest tests, longest first (measured on 2 shared cores). Every prefix must still
-# name a test (tests/test_scheduling.py checks): a renamed module would otherwise just lose its place.
-LONGEST_FIRST = (
-    "tests/system/test_soak.py::",  # 60 s by design
-    "tests/system/packaging/test_deb.py::",  # one group: the build and the container are module fixtures
+# Node id prefixes of the tests that go first, in this order (measured on 2 shared cores; every prefix must
+# still name a test, tests/test_scheduling.py checks: a renamed module would otherwise lose its place).
+# The soak starts at once: it is the longest (60 s by design) and keeps every core busy while it runs, so
+# beside it go the long tests that mostly wait (on deadlines, back-offs, a server that is down); the ones
+# that mostly compute (a .deb build and dpkg, containers, 50 daemons, 500 holders, JAX) come after it.
+RUN_FIRST = (
+    "tests/system/test_soak.py::",
     "tests/system/test_daemon_faults.py::test_metadata_server_down_for_30_s",  # 30 s by design
-    "tests/system/test_fleet.py::",  # 50 daemons and a Prometheus
-    "tests/system/test_e2e_jax.py::",  # JAX's import alone is seconds of CPU
-    "tests/system/test_load.py::",  # 500 holders, a 5 s grace
-    "tests/system/systemd/test_nspawn.py::",  # one group: the booted container is a module fixture
     "tests/system/test_crash_restart.py::test_kill_9_at_a_random_point_of_a_drain_keeps_every_promise",
     "tests/system/test_daemon_faults.py::",
-    "tests/system/test_metrics_scrape.py::",
+    "tests/system/test_one_sigterm.py::",
     "tests/system/test_daemon_restart.py::",
+    "tests/system/packaging/test_deb.py::",  # one group: the build and the container are module fixtures
+    "tests/system/systemd/test_nspawn.py::",  # one group: the booted container is a module fixture
+    "tests/system/test_fleet.py::",  # 50 daemons and a Prometheus
+    "tests/system/test_load.py::",  # 500 holders
+    "tests/system/test_e2e_jax.py::",  # JAX's import alone is seconds of CPU
+    "tests/system/test_metrics_scrape.py::",
     "tests/daemon/",
     "tests/system/",
 )
@@ -49,9 +53,9 @@ ONE_WORKER = {
 
 
 def rank(nodeid: str) -> int:
-    """Where a test goes: the index of the first LONGEST_FIRST prefix it has, after all of them if none."""
-    ranks = (i for i, prefix in enumerate(LONGEST_FIRST) if nodeid.startswith(prefix))
-    return next(ranks, len(LONGEST_FIRST))
+    """Where a test goes: the index of the first RUN_FIRST prefix it has, after all of them if none."""
+    ranks = (i for i, prefix in enumerate(RUN_FIRST) if nodeid.startswith(prefix))
+    return next(ranks, len(RUN_FIRST))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
