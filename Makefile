@@ -49,8 +49,9 @@ typecheck: setup
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist). Most of its time is spent waiting on real
 # processes, servers and deadlines, not computing, so more workers than the 2 cores here pay off, up to a
-# point: at 6 or 8 the timing-sensitive scenarios (the soak, the fleet, 500 holders) start failing when the
-# machine is busy. The measurements are in docs/benchmarks.md ("make test"). --dist loadgroup: each test
+# point: 5 was about 15% faster than 4 but the fleet test (50 daemons in one process) failed once in four
+# runs beside another engineer's suite; at 6 and 8 the soak, the fleet and 500 holders failed when the
+# machine was busy. The measurements are in docs/benchmarks.md ("make test"). --dist loadgroup: each test
 # goes to the next free worker, a group (tests/conftest.py) to one worker. PYTHONDONTWRITEBYTECODE is unset
 # for the run so the bytecode of the tests (and of what they start) is cached in __pycache__ (ignored by
 # git): else every worker compiles and assert-rewrites every test module again, and every daemon started
