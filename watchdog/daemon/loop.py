@@ -313,6 +313,9 @@ class Daemon:
         if record is None:
             if self.lifecycle.drain is not None and not self.stop.is_set():
                 self._start_drain("retry", self.lifecycle.drain.deadline, resume=True)
+                # Nothing changed since the failed attempt: its state is on disk already, so the retry's
+                # first signal must not wait PERSIST_WAIT for a write that is not coming.
+                self.runner.persisted.set()
             return
         self.view.last_record = record
         outcome = record.outcome or Outcome.INTERRUPTED
