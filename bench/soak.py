@@ -117,12 +117,18 @@ class Soak(World):
         return self.ready() or self.rng.random() < 0.2
 
     def gap_over(self, now: float) -> bool:
-        """CLEAR_GAP since the last clear; after a clear while down, also the restarted daemon READY (the
-        episode is about what it does on its own start)."""
+        """CLEAR_GAP since the last clear, and the state file lists no event: the daemon has heard that
+        clear. Otherwise the next event is one nobody could tell from the last (faults or restarts hid the
+        value going back, so to the daemon it never did, and the old event, its deadline and its drain go
+        on). After a clear while down, also the restarted daemon READY (the episode is about what it does
+        on its own start)."""
         last = self.facts.episodes[-1] if self.facts.episodes else None
         if last is None:
             return True
-        return now > (last.cleared or 0) + CLEAR_GAP and (not last.cleared_while_down or self.ready())
+        heard = not (self.read_state() or {"events": [None]}).get("events")
+        return (
+            now > (last.cleared or 0) + CLEAR_GAP and heard and (not last.cleared_while_down or self.ready())
+        )
 
     def cwd_owed(self, now: float) -> bool:
         """The first clear-while-down is forced, once a late arrival had its chance (or 30% of the run)."""

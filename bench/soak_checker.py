@@ -341,13 +341,14 @@ class _Checker:
                     instance.ended, f"daemon #{instance.index} exited by itself with {instance.exit_code}"
                 )
             if instance.told in ("stop", "final") and instance.ended is not None and instance.exit_code != 0:
-                why = ""
                 if instance.exit_code == -signal.SIGTERM and not instance.lines:
-                    took = instance.ended - instance.started
-                    why = f", {took:.2f} s after its start, before its first log line (and its handler)"
+                    # Stopped while the interpreter was still starting, before the daemon's code could
+                    # block the signal: nothing was begun, and systemd counts a SIGTERM death a clean stop.
+                    self.verdict.counts["stopped_before_its_code_ran"] += 1
+                    continue
                 self.flag(
                     instance.ended,
-                    f"daemon #{instance.index}'s graceful stop exited {instance.exit_code}{why}",
+                    f"daemon #{instance.index}'s graceful stop exited {instance.exit_code}",
                 )
             if instance.stop_timed_out:
                 self.flag(

@@ -210,7 +210,9 @@ class World:
                 self.facts.intents[key] = (
                     self.facts.intents.get(key, False) or record.get("sent_at") is not None
                 )
-        episode = self.current()
+        # The last event, cleared or not: until the daemon hears the clear, its event (and deadline) is
+        # still on file, and its drain may still SIGKILL by it. The next event waits for that (gap_over).
+        episode = self.facts.episodes[-1] if self.facts.episodes else None
         if episode is None:
             return
         deadlines = [float(str(e["deadline"])) for e in self.events_of(episode, state) if e.get("deadline")]

@@ -232,7 +232,7 @@ def test_a_deadline_that_moves_later_and_an_event_left_undrained_are_reported() 
 
 @pytest.mark.parametrize(
     ("told", "code", "words"),
-    [(None, 1, "exited by itself with 1"), ("stop", -15, "graceful stop exited -15")],
+    [(None, 1, "exited by itself with 1"), ("stop", 1, "graceful stop exited 1")],
 )
 def test_a_daemon_that_dies_unbidden_or_stops_uncleanly_is_reported(
     told: str | None, code: int, words: str
@@ -241,6 +241,20 @@ def test_a_daemon_that_dies_unbidden_or_stops_uncleanly_is_reported(
     extra = Instance(2, 300, T0 + 20, Path("daemon-2.log"), ended=T0 + 21, exit_code=code, told=told)
     facts.instances.append(extra)
     only(check(facts), f"daemon #2{'' if told is None else chr(39) + 's'}", words)
+
+
+def test_a_sigterm_death_is_a_violation_once_the_daemon_has_run_but_not_before() -> None:
+    facts = clean()
+    started = Instance(2, 300, T0 + 20, Path("daemon-2.log"), ended=T0 + 21, exit_code=-15, told="stop")
+    started.lines.append(LogLine(T0 + 20.5, "daemon_started", "tpu-watchdog started", {}, 2))
+    facts.instances.append(started)
+    only(check(facts), "daemon #2's graceful stop exited -15")
+    facts = clean()
+    starting = Instance(2, 300, T0 + 20, Path("daemon-2.log"), ended=T0 + 20.1, exit_code=-15, told="stop")
+    facts.instances.append(starting)
+    verdict = check(facts)
+    assert not verdict.violations
+    assert verdict.counts["stopped_before_its_code_ran"] == 1
 
 
 def test_the_timeline_shows_everything_within_five_seconds() -> None:
