@@ -21,23 +21,26 @@ reaper (the driver's timing) is told apart from a late daemon; the message gives
 
 from __future__ import annotations
 
-import re
 import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
-from bench.soak_facts import Episode, Facts, HolderFacts, Instance, LogLine
+from bench.soak_facts import (
+    HEARD,
+    Episode,
+    Facts,
+    HolderFacts,
+    Instance,
+    LogLine,
+    beliefs,
+    confirmed,
+    restored,
+)
 
 CLEAR_SLACK = 6.0  # s after a clear in which a signal may still go out (faults can delay hearing of it)
 KILL_TOLERANCE = 1.0  # the issue's +-1 s
 REACT = 2.5  # s a holder may hold the device, with an event on and known, before its SIGTERM is owed
 MATCH = 5.0  # most s between a signal's daemon log line and its receipt
-BELIEF_STARTS = ("event_started", "drain_started", "state_recovered", "signal_sent")
-HEARD = BELIEF_STARTS[:3]  # what shows the daemon knows of an event, the signals it sends aside
-# A restarted daemon signals nobody new for an event on file until the metadata server confirms it, or for
-# this long (watchdog/daemon/newcomers.py CONFIRM_WAIT): newcomers are owed a SIGTERM only after either.
-CONFIRM_WAIT = 10.0
-CONFIRMING = re.compile(r"^instance/(preempted: TRUE|maintenance-event: TERMINATE_ON_HOST_MAINTENANCE)$")
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,9 @@ class _Checker:
         # What each daemon knew, for SIGTERMs owed to newcomers: a restarted daemon's knowledge of the
         # event on file counts from its confirmation (or the end of the wait): it signals nobody new before.
         self.beliefs = [
-            (max(start, _confirmed(i)) if _restored(i, start) else start, end, i.index)
+            (max(start, confirmed(i)) if restored(i, start) else start, end, i.index)
             for i in facts.instances
-            for start, end in _beliefs(i, facts.end)
+            for start, end in beliefs(i, facts.end)
         ]
         self.terms: dict[tuple[int, int], list[float]] = {}  # (holder serial, episode index) -> receipts
         self.sent: dict[tuple[object, object], list[LogLine]] = {}  # (pid, signal) -> the daemons' lines
@@ -166,7 +169,7 @@ class _Checker:
         not heard of the clear yet (faults can hide it for long), so the signal is no daemon bug."""
         if sender is None:
             return False
-        return any(s <= at and e >= at - 1.0 for s, e in _beliefs(sender, self.facts.end, HEARD))
+        return any(s <= at and e >= at - 1.0 for s, e in beliefs(sender, self.facts.end, HEARD))
 
     # -- SIGTERM ---------------------------------------------------------------------------------------
 
@@ -207,7 +210,7 @@ class _Checker:
             late = first is not None and holder.opened > first
             got = bool(self.terms.get((holder.serial, episode.index)))
             self.verdict.counts["late_arrivals"] += late
-            self.verdict.counts["late_arrivals_signalled"] += late and got
+            self.verdict.counts["late_arrivals_signalled"] += late and (got or self.named(holder, span))
             known = [(max(span[0], s), min(span[1], e), i) for s, e, i in self.beliefs]
             longest = max(known, key=lambda k: k[1] - k[0], default=None)
             if got or longest is None or longest[1] - longest[0] < REACT:
@@ -222,6 +225,16 @@ class _Checker:
             what = f"the {self.describe(episode)} was on and daemon #{longest[2]} knew it"
             text = f"{_name(holder)} held the device for {held:.1f} s while {what}, and got no SIGTERM{note}"
             self.flag(longest[0] + REACT, text)
+
+    def named(self, holder: HolderFacts, span: tuple[float, float]) -> bool:
+        """A daemon's log names a SIGTERM to this process in `span` (give or take CLEAR_SLACK): one it sent,
+        received or not (SIGTERM and SIGKILL in one wave: the holder is dead before its handler runs)."""
+        lines = self.sent.get((holder.pid, "SIGTERM"), [])
+        return any(
+            span[0] - 1.0 <= line.at <= span[1] + CLEAR_SLACK
+            and (holder.start_time is None or str(line.get("start_time")) == str(holder.start_time))
+            for line in lines
+        )
 
     def signalled_after_clear(self, holder: HolderFacts) -> bool:
         """A clear-while-down's new job got a signal before the next event: it should have got none."""
@@ -306,7 +319,7 @@ class _Checker:
             if instance.ended is not None and instance.ended <= deadline:
                 continue
             knows = [
-                max(s, deadline) for s, e in _beliefs(instance, self.facts.end, early=True) if e > deadline
+                max(s, deadline) for s, e in beliefs(instance, self.facts.end, early=True) if e > deadline
             ]
             if not knows:
                 continue
@@ -363,50 +376,5 @@ class _Checker:
         return f"{episode.source} event #{episode.index} of t+{episode.started - self.facts.t0:.1f} s"
 
 
-def _restored(instance: Instance, start: float) -> bool:
-    """This belief window of a daemon opens with what it read from the state file (not a value it heard)."""
-    first = next((x for x in sorted(instance.lines, key=lambda x: x.at) if x.at + x.resolution >= start
-                  and x.kind in BELIEF_STARTS), None)  # fmt: skip
-    return first is not None and (
-        first.kind == "state_recovered" or (first.kind == "drain_started" and first.get("event") == "resumed")
-    )
-
-
-def _confirmed(instance: Instance) -> float:
-    """When a restarted daemon may signal newcomers: its first answer saying an event is on, or the end of
-    the confirmation wait."""
-    heard = [x.at for x in instance.lines if CONFIRMING.match(x.message)]
-    return min([*heard, instance.started + CONFIRM_WAIT])
-
-
 def _name(holder: HolderFacts) -> str:
     return f"pid {holder.pid} (holder #{holder.serial}, {holder.mode})"
-
-
-def _beliefs(
-    instance: Instance, end: float, starts: tuple[str, ...] = BELIEF_STARTS, early: bool = False
-) -> list[tuple[float, float]]:
-    """When this daemon knew an event was on, from its own log: an event started, a drain started or
-    resumed, a signal sent; until it logged the clear, or died. Text-format times are to the second, so a
-    window opens at the end of its second (`early`: at its start, the soonest it may have known) and
-    closes at the start of it."""
-    windows: list[tuple[float, float]] = []
-    active: set[str] = set()
-    since = 0.0
-    for line in sorted(instance.lines, key=lambda x: x.at):
-        before = bool(active)
-        event = str(line.get("event") or "*")
-        if line.kind == "event_started":
-            active.add(event)
-        elif line.kind in starts and not active:
-            active.add("*")
-        elif line.kind == "event_cleared":
-            active -= {event, "*"} if event != "*" else set(active)
-        if active and not before:
-            since = line.at + (0.0 if early else line.resolution)
-        elif before and not active and line.at > since:
-            windows.append((since, line.at))
-    stop = instance.ended if instance.ended is not None else end
-    if active and stop > since:
-        windows.append((since, stop))
-    return windows

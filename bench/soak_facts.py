@@ -269,3 +269,58 @@ class Result:
     violations: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)  # around the first violations
     evidence: str | None = None  # where the logs were kept (only when something was violated)
+
+
+# -- what each daemon knew, from its own log ------------------------------------------------------------
+
+BELIEF_STARTS = ("event_started", "drain_started", "state_recovered", "signal_sent")
+HEARD = BELIEF_STARTS[:3]  # what shows the daemon knows of an event, the signals it sends aside
+# A restarted daemon signals nobody new for an event on file until the metadata server confirms it, or for
+# this long (watchdog/daemon/newcomers.py CONFIRM_WAIT): newcomers are owed a SIGTERM only after either.
+CONFIRM_WAIT = 10.0
+CONFIRMING = re.compile(r"^instance/(preempted: TRUE|maintenance-event: TERMINATE_ON_HOST_MAINTENANCE)$")
+
+
+def restored(instance: Instance, start: float) -> bool:
+    """This belief window of a daemon opens with what it read from the state file (not a value it heard)."""
+    first = next((x for x in sorted(instance.lines, key=lambda x: x.at) if x.at + x.resolution >= start
+                  and x.kind in BELIEF_STARTS), None)  # fmt: skip
+    return first is not None and (
+        first.kind == "state_recovered" or (first.kind == "drain_started" and first.get("event") == "resumed")
+    )
+
+
+def confirmed(instance: Instance) -> float:
+    """When a restarted daemon may signal newcomers: its first answer saying an event is on, or the end of
+    the confirmation wait."""
+    heard = [x.at for x in instance.lines if CONFIRMING.match(x.message)]
+    return min([*heard, instance.started + CONFIRM_WAIT])
+
+
+def beliefs(
+    instance: Instance, end: float, starts: tuple[str, ...] = BELIEF_STARTS, early: bool = False
+) -> list[tuple[float, float]]:
+    """When this daemon knew an event was on, from its own log: an event started, a drain started or
+    resumed, a signal sent; until it logged the clear, or died. Text-format times are to the second, so a
+    window opens at the end of its second (`early`: at its start, the soonest it may have known) and
+    closes at the start of it."""
+    windows: list[tuple[float, float]] = []
+    active: set[str] = set()
+    since = 0.0
+    for line in sorted(instance.lines, key=lambda x: x.at):
+        before = bool(active)
+        event = str(line.get("event") or "*")
+        if line.kind == "event_started":
+            active.add(event)
+        elif line.kind in starts and not active:
+            active.add("*")
+        elif line.kind == "event_cleared":
+            active -= {event, "*"} if event != "*" else set(active)
+        if active and not before:
+            since = line.at + (0.0 if early else line.resolution)
+        elif before and not active and line.at > since:
+            windows.append((since, line.at))
+    stop = instance.ended if instance.ended is not None else end
+    if active and stop > since:
+        windows.append((since, stop))
+    return windows
