@@ -316,10 +316,15 @@ class _Checker:
         if deadline is None:
             return None
         for instance in self.facts.instances:
-            if instance.ended is not None and instance.ended <= deadline:
+            # A daemon told to stop interrupts its drain for the next start (the state file keeps it):
+            # from the order on, it kills nothing, so it knows nothing here.
+            until = self.told_at(instance)
+            if until is not None and until <= deadline:
                 continue
             knows = [
-                max(s, deadline) for s, e in beliefs(instance, self.facts.end, early=True) if e > deadline
+                max(s, deadline)
+                for s, e in beliefs(instance, self.facts.end, early=True)
+                if min(e, until if until is not None else e) > deadline
             ]
             if not knows:
                 continue
@@ -328,9 +333,17 @@ class _Checker:
                 return deadline
             if episode.cleared is not None and moment > episode.cleared:
                 return None
-            if instance.ended is None or instance.ended >= moment + KILL_TOLERANCE:
+            if until is None or until >= moment + KILL_TOLERANCE:
                 return moment
         return None
+
+    def told_at(self, instance: Instance) -> float | None:
+        """When the driver told this daemon to stop (or killed it); when it ended, if not told."""
+        if instance.told is None:
+            return instance.ended
+        said = (f"SIGTERM to daemon #{instance.index}", f"kill -9 to daemon #{instance.index}")
+        told = [t for t, action in self.facts.actions if action in said]
+        return min(told) if told else instance.ended
 
     # -- the rest --------------------------------------------------------------------------------------
 

@@ -321,3 +321,37 @@ def test_kept_facts_are_judged_the_same_when_read_back() -> None:
     again = load_facts(facts_json(facts))
     assert again == facts
     assert texts(check(again)) == texts(check(facts))
+
+
+def restarted_at_the_deadline(told: str | None) -> Facts:
+    """Daemon #1 ends at t+12.9, 0.1 s before the deadline (told to stop, or by itself); daemon #2 is up at
+    t+17 (a slow start), resumes the drain and SIGKILLs holder #2 at once, 4 s after the deadline."""
+    facts = clean()
+    first = facts.instances[0]
+    first.ended, first.told, first.exit_code = T0 + 12.9, told, 0 if told else 1
+    first.lines = [x for x in first.lines if x.at < T0 + 12.9]
+    if told:
+        facts.actions.append((T0 + 12.8, f"SIGTERM to daemon #{first.index}"))
+    second = Instance(2, 200, T0 + 13.5, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
+    second.lines = [
+        line(17.0, "state_recovered", 2),
+        line(17.01, "drain_started", 2, event="resumed"),
+        sent(17.02, 12, "SIGKILL", 2),
+        line(17.5, "event_cleared", 2, event="preempted"),
+    ]
+    facts.instances.append(second)
+    facts.episodes[0].cleared = T0 + 17.8
+    facts.holders[1].died = T0 + 17.03
+    return facts
+
+
+def test_a_sigkill_due_while_a_told_daemon_stops_is_due_when_the_next_one_is_up() -> None:
+    """A graceful stop interrupts the drain for the next start: the SIGKILL comes from that start."""
+    verdict = check(restarted_at_the_deadline("stop"))
+    assert texts(verdict) == []
+    assert verdict.kill_offsets == [pytest.approx(0.02, abs=0.01)]
+
+
+def test_a_daemon_that_dies_before_the_deadline_unbidden_still_owes_nothing_but_is_reported() -> None:
+    """Not told to stop: its death is the violation; the next one's SIGKILL is timed from its start."""
+    only(check(restarted_at_the_deadline(None)), "daemon #1 exited by itself")
