@@ -324,11 +324,12 @@ def test_kept_facts_are_judged_the_same_when_read_back() -> None:
 
 
 def restarted_at_the_deadline(told: str | None) -> Facts:
-    """Daemon #1 ends at t+12.9, 0.1 s before the deadline (told to stop, or by itself); daemon #2 is up at
-    t+17 (a slow start), resumes the drain and SIGKILLs holder #2 at once, 4 s after the deadline."""
+    """Daemon #1 logs its last line at t+12.9, 0.1 s before the deadline, and is reaped at t+13.4 (told to
+    stop at t+12.8, or not told at all); daemon #2 is up at t+17 (a slow start), resumes the drain and
+    SIGKILLs holder #2 at once, 4 s after the deadline."""
     facts = clean()
     first = facts.instances[0]
-    first.ended, first.told, first.exit_code = T0 + 12.9, told, 0 if told else 1
+    first.ended, first.told, first.exit_code = T0 + 13.4, told, 0
     first.lines = [x for x in first.lines if x.at < T0 + 12.9]
     if told:
         facts.actions.append((T0 + 12.8, f"SIGTERM to daemon #{first.index}"))
@@ -352,6 +353,8 @@ def test_a_sigkill_due_while_a_told_daemon_stops_is_due_when_the_next_one_is_up(
     assert verdict.kill_offsets == [pytest.approx(0.02, abs=0.01)]
 
 
-def test_a_daemon_that_dies_before_the_deadline_unbidden_still_owes_nothing_but_is_reported() -> None:
-    """Not told to stop: its death is the violation; the next one's SIGKILL is timed from its start."""
-    only(check(restarted_at_the_deadline(None)), "daemon #1 exited by itself")
+def test_a_sigkill_a_daemon_running_at_the_deadline_did_not_send_is_late() -> None:
+    """Not told to stop, daemon #1 was up at the deadline: the SIGKILL was its to send, 4 s earlier."""
+    verdict = check(restarted_at_the_deadline(None))
+    late = "SIGKILL of pid 12 (holder #2, report) at +4.02 s from its due time"
+    assert any(late in text for text in texts(verdict))
