@@ -23,12 +23,17 @@ LAST_RETRY = 60.0
 Fetch = Callable[[Sequence[str]], Fetched]
 
 
-def learn_identity(fetch: Fetch, publish: Callable[[HostIdentity], None], stop: threading.Event) -> None:
+def learn_identity(
+    fetch: Fetch,
+    publish: Callable[[HostIdentity], None],
+    stop: threading.Event,
+    first_retry: float = FIRST_RETRY,
+) -> None:
     """Ask for every identity key until each has answered or `stop` is set; publish each change."""
     answers: dict[str, str | None] = {}
     said: set[str] = set()
     published: HostIdentity | None = None
-    delay = FIRST_RETRY
+    delay = first_retry
     pending = list(IDENTITY_PATHS)
     while pending and not stop.is_set():
         fetched = fetch(pending)
