@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from watchdog.core.identity import ACCELERATOR_TYPE, TPU_ENV, WORKER_ID, HostIde
 from watchdog.daemon.identity import learn_identity
 from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer, Fault
-from watchdog.metadata.identity import fetch_identity
+from watchdog.metadata.identity import Fetched, fetch_identity
 from watchdog.metadata.transport import MetadataTransport
 
 MULTISLICE = TpuIdentity("v5litepod-16", "train-b", worker=2, hosts=4, slice_id=1, num_slices=2,
@@ -97,3 +98,19 @@ def test_a_running_daemon_shows_its_slice(
         labels = harness.daemon.view.identity.labels()
         assert harness.metric("tpu_watchdog_host_info", **labels) == 1
         assert labels["instance_name"].endswith("-w-2")
+
+
+def test_a_fetch_that_raises_is_logged_once_and_asked_again(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[int] = []
+
+    def fetch(paths: Sequence[str]) -> Fetched:
+        calls.append(len(paths))
+        if len(calls) < 3:
+            raise RuntimeError("a bug")
+        return Fetched(values=dict.fromkeys(paths))  # every key answered 404
+
+    published: list[HostIdentity] = []
+    learn_identity(fetch, published.append, threading.Event(), first_retry=0.01)
+    assert len(calls) == 3
+    assert published == [HostIdentity()]
+    assert len([r for r in caplog.records if "internal error" in r.getMessage()]) == 1

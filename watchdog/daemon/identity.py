@@ -36,7 +36,13 @@ def learn_identity(
     delay = first_retry
     pending = list(IDENTITY_PATHS)
     while pending and not stop.is_set():
-        fetched = fetch(pending)
+        try:
+            fetched = fetch(pending)
+        except Exception:  # a bug here must not end the daemon, nor the asking: logged whole, once
+            if "bug" not in said:
+                said.add("bug")
+                log.exception("host identity: internal error while asking for it: asking again")
+            fetched = Fetched()
         answers.update(fetched.values)
         for path, error in fetched.failed.items():
             _once(said, f"host identity: {path} unavailable ({error.kind.value}): asking again", error.detail)
