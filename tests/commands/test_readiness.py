@@ -8,12 +8,16 @@ Each run is in a private PID namespace (unshare) with its holders, so the scan s
 from __future__ import annotations
 
 import importlib.util
+import io
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from watchdog.commands.readiness import judge
+from watchdog.host.holders import ScanResult
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,3 +125,17 @@ def test_jax_is_ready_after_distributed_initialize_and_not_without(tmp_path: Pat
     assert "ready: SIGTERM is caught" in said[initialized]  # JAX's preemption notifier owns SIGTERM
     assert "WOULD LOSE ITS PROGRESS" in said[plain]  # plain JAX: SIGTERM's default kills it, nothing saved
     assert "alive: True,True" in done.stdout
+
+
+def test_processes_it_may_not_read_are_said() -> None:
+    """Unprivileged, other users' fds are closed to the scan (counted as unreadable: tests/host): said, not a
+    silent "nothing holds a TPU device"."""
+    out, err = io.StringIO(), io.StringIO()
+    assert (
+        judge(
+            ScanResult(holders=(), devices=("/dev/accel0",), unreadable=3), ["/dev/accel*"], False, out, err
+        )
+        == 3
+    )
+    assert "3 processes could not be read (run as root to see them)" in err.getvalue()
+    assert "nothing holds a TPU device (/dev/accel*)" in err.getvalue()

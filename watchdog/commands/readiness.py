@@ -18,11 +18,15 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.exitcodes import EXIT_LOST, EXIT_NOTHING_TO_DRILL, EXIT_OK
+
+if TYPE_CHECKING:  # the scan is imported in run(): --help starts without it
+    from watchdog.host.holders import ScanResult
 
 # What each disposition means for the next maintenance: (ready?, the verdict an SRE reads).
 VERDICTS: dict[SigtermDisposition | None, tuple[bool, str]] = {
@@ -85,9 +89,16 @@ def run(args: argparse.Namespace) -> int:
         return config
     from watchdog.host.holders import scanner_for
 
-    holders = scanner_for(config).scan().holders
+    return judge(scanner_for(config).scan(), config.devices, args.json, sys.stdout, sys.stderr)
+
+
+def judge(result: ScanResult, devices: Sequence[str], as_json_list: bool, out: TextIO, err: TextIO) -> int:
+    """Print the verdicts of one scan; the exit status."""
+    holders = result.holders
+    if result.unreadable:
+        err.write(f"note: {result.unreadable} processes could not be read (run as root to see them)\n")
     if not holders:
-        sys.stderr.write(f"nothing holds a TPU device ({' '.join(config.devices)}): nothing to judge\n")
+        err.write(f"nothing holds a TPU device ({' '.join(devices)}): nothing to judge\n")
         return EXIT_NOTHING_TO_DRILL
-    sys.stdout.write(as_json(holders) + "\n" if args.json else render(holders))
+    out.write(as_json(holders) + "\n" if as_json_list else render(holders))
     return EXIT_OK if all(verdict(h)[0] for h in holders) else EXIT_LOST
