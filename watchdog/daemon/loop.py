@@ -208,8 +208,7 @@ class Daemon:
             self._watch_late_arrivals(now)
         elif not self.runner.running and now >= self._next_scan:
             self._next_scan = now + HOLDER_REFRESH
-            self.view.holders = list(self.scanner.scan().holders)
-            self.metrics.set_holders(self.view.holders)
+            self.reporter.holders_scanned(self.scanner.scan().holders)
 
     def _watch_late_arrivals(self, now: float) -> None:
         """While drained events are on, scan as a drain does: a process that opens a device now (a job
