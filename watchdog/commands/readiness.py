@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
@@ -56,14 +57,18 @@ def verdict(holder: Holder) -> tuple[bool, str]:
     return VERDICTS[holder.sigterm]
 
 
-def render(holders: Sequence[Holder]) -> str:
+def render(holders: Sequence[Holder], width: int = 110) -> str:
+    """A verdict per holder, wrapped, with its command line; then what the verdicts cannot know."""
     lines = []
     for h in holders:
         ready, sentence = verdict(h)
-        command = " ".join(" ".join(h.cmdline).split())[:60]  # one line, whatever the argv holds
+        command = " ".join(" ".join(h.cmdline).split())[:80]  # one line, whatever the argv holds
         mark = "ok  " if ready else "LOST"
-        lines.append(f"  {mark} pid {h.pid} ({h.name}): {sentence}\n         {command}")
-    return "\n".join(lines) + f"\n\n{CANNOT_KNOW}\n"
+        lines.append(
+            textwrap.fill(f"  {mark} pid {h.pid} ({h.name}): {sentence}", width, subsequent_indent=" " * 7)
+        )
+        lines.append(f"       command: {command or '-'}")
+    return "\n".join(lines) + "\n\n" + textwrap.fill(CANNOT_KNOW, width) + "\n"
 
 
 def as_json(holders: Sequence[Holder]) -> str:
