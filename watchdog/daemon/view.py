@@ -55,6 +55,12 @@ class StatusView:
         self._started = clock.wall()
         self._last_tick = clock.monotonic()
 
+    @property
+    def host(self) -> dict[str, str]:
+        """The identity as text, every field ("" where unknown): what a notice (a webhook, history) names
+        the host by. Read-only: the identity thread replaces `identity` whole."""
+        return self.identity.labels()
+
     def loop_ticked(self) -> None:
         self._last_tick = self.clock.monotonic()
 
