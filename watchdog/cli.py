@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "show what the running daemon sees"),
     "holders": ("holders", "list the processes holding the TPU device files"),
     "drill": ("drill", "rehearse a maintenance event on this host: SIGTERM, countdown, verdict per process"),
+    "readiness": ("readiness", "judge each TPU holder's SIGTERM handling from /proc, sending no signal"),
     "config": ("config", "print the effective configuration and where each value came from"),
     "watch": ("watch", "print every change of the watched metadata keys"),
     "fake-metadata": ("fake_metadata", "serve a faithful fake GCE metadata server on loopback"),

@@ -15,8 +15,8 @@ EXIT_CONFIG = 78  # a bad configuration
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 
 EXIT_NO_HOLDERS = 1  # holders: nothing holds a TPU device (like grep finding nothing)
-EXIT_LOST = 1  # drill: at least one holder would have lost its checkpoint
-EXIT_NOTHING_TO_DRILL = 3  # drill: nothing holds a TPU device, so nothing was rehearsed
+EXIT_LOST = 1  # drill, readiness: at least one holder would have lost (or will lose) its checkpoint
+EXIT_NOTHING_TO_DRILL = 3  # drill, readiness: nothing holds a TPU device, so nothing was rehearsed or judged
 EXIT_NO_ANSWER = 1  # status: neither the daemon nor its state file could be read
 EXIT_FROM_STATE_FILE = 3  # status: the daemon did not answer; this is what its state file says
 EXIT_DEMO_FAILED = 1  # demo: the sample job did not exit cleanly with a checkpoint saved on SIGTERM

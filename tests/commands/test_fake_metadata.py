@@ -97,6 +97,9 @@ def test_sigint_also_exits_0(start: list[subprocess.Popen[str]]) -> None:
         (["--set", "instance/upcoming-maintenance={oops"], "{oops"),
         (["--set", "instance=x"], "instance"),
         (["--listen", "nowhere"], "nowhere"),
+        (["--identity", "node"], "FIELD=VALUE"),
+        (["--identity", "worker=x"], "whole number"),
+        (["--identity", "colour=blue"], "colour"),
         (["--listen", "0.0.0.0:0"], "--allow-remote"),
     ],
 )
@@ -117,3 +120,14 @@ def test_help_names_the_default_address(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         main(["fake-metadata", "--help"])
     assert "127.0.0.1:8053" in capsys.readouterr().out
+
+
+def test_identity_flag_serves_a_multislice_host(start: list[subprocess.Popen[str]]) -> None:
+    _, address = launch(start, "--identity", "node=train-a,hosts=2,worker=1,slice_id=0,num_slices=2",
+                        "--set", "instance/attributes/accelerator-type=v5p-16")  # fmt: skip
+    base = f"http://{address}/computeMetadata/v1/instance/attributes"
+    env = requests.get(f"{base}/tpu-env", headers=FLAVOR, timeout=10).text
+    assert "NODE_ID: 'train-a'" in env
+    assert "MEGASCALE_NUM_SLICES: '2'" in env
+    assert requests.get(f"{base}/agent-worker-number", headers=FLAVOR, timeout=10).text == "1"
+    assert requests.get(f"{base}/accelerator-type", headers=FLAVOR, timeout=10).text == "v5p-16"  # --set wins

@@ -30,7 +30,7 @@ print(child, flush=True)
 sys.stdin.read()
 os.waitpid(child, 0)
 """
-COLUMNS = ["COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "FD-DEVICES", "CGROUP", "ARGS"]
+COLUMNS = ["COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "SIGTERM", "FD-DEVICES", "CGROUP", "ARGS"]
 
 
 def holders(*args: str) -> subprocess.CompletedProcess[str]:
@@ -76,8 +76,8 @@ def test_table_lists_the_holder_like_lsof(node: Path, holder: subprocess.Popen[s
     assert lines[0].split() == COLUMNS
     rows = {int(line.split()[1]): re.split(r"  +", line) for line in lines[1:]}
     assert rows[holder.pid][2:4] == [str(os.getpid()), "root"]
-    assert rows[holder.pid][5:7] == ["-", str(node)]  # no children; the node
-    assert rows[holder.pid][8] == f"{sys.executable} -c {' '.join(HOLD.split())} {node}"  # argv on one line
+    assert rows[holder.pid][5:8] == ["-", "default", str(node)]  # no children; no handler; the node
+    assert rows[holder.pid][9] == f"{sys.executable} -c {' '.join(HOLD.split())} {node}"  # argv on one line
 
 
 @pytest.fixture
@@ -121,10 +121,11 @@ def test_json_lists_the_holder(node: Path, holder: subprocess.Popen[str]) -> Non
     found = {entry["pid"]: entry for entry in json.loads(done.stdout)}
     entry = found[holder.pid]
     assert set(entry) == {
-        *("pid", "start_time", "name", "cmdline", "uid", "ppid", "devices", "cgroup"),
+        *("pid", "start_time", "name", "cmdline", "uid", "ppid", "devices", "cgroup", "sigterm"),
         *("user", "create_time", "children"),  # psutil's facts
     }
     assert entry["devices"] == [str(node)]
+    assert entry["sigterm"] == "default"  # plain Python: SIGTERM at its default
     assert entry["cmdline"][:2] == [sys.executable, "-c"]
     assert entry["uid"] == 0
     assert isinstance(entry["start_time"], int)
@@ -154,7 +155,13 @@ def test_fixture_tree_shows_names_uids_and_cgroups(tmp_path: Path) -> None:
     lock = tmp_path / "libtpu_lockfile"
     lock.write_text("")
     tree = ProcTree(tmp_path / "proc")
-    tree.add(4000, "train one", cgroup="0::/kubepods/pod1/c1\n", fds={3: f"{dev}/accel1", 4: f"{dev}/accel0"})
+    tree.add(
+        4000,
+        "train one",
+        cgroup="0::/kubepods/pod1/c1\n",
+        fds={3: f"{dev}/accel1", 4: f"{dev}/accel0"},
+        signals=(0x1000, 0x4002),
+    )  # SIGTERM (bit 14) caught; SIGINT caught; SIGPIPE ignored
     tree.add(4001, "lockholder", uid=4242424, fds={9: str(lock)})  # no passwd entry: the uid itself
     done = holders(
         "--device", f"{dev}/accel*", "--extra-path", str(lock), "--proc-root", str(tmp_path / "proc")
@@ -173,11 +180,12 @@ def test_fixture_tree_shows_names_uids_and_cgroups(tmp_path: Path) -> None:
             "root",
             started,
             "-",
+            "caught",
             f"{dev}/accel0,{dev}/accel1",
             "/kubepods/pod1/c1",
             argv,
         ],
-        ["lockholder", "4001", "1", "4242424", started, "-", str(lock), session, argv],
+        ["lockholder", "4001", "1", "4242424", started, "-", "-", str(lock), session, argv],  # masks unknown
     ]
     assert len({column_starts(line) for line in done.stdout.splitlines()}) == 1  # aligned like lsof
 

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
+from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.surface.httpapi import HttpSurface
 
@@ -62,3 +64,25 @@ def test_status_without_daemon_or_state_is_exit_1(tmp_path: Path) -> None:
     shown = status(tmp_path, "127.0.0.1:1")
     assert shown.returncode == 1
     assert "no usable state file" in shown.stderr
+
+
+def test_status_shows_each_holders_sigterm_and_the_slice(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    ignoring = workloads.start("ignore")
+    fake.set_identity(TpuIdentity("v5litepod-16", "train-a", worker=1, hosts=4))
+    with DaemonHarness(tmp_path / "state", fake, workloads, host_info=True) as harness:
+        wait_for(lambda: bool(harness.daemon.view.holders), what="the first holder scan")
+        wait_for(lambda: harness.daemon.view.identity.tpu_node == "train-a", what="the identity learned")
+        http = HttpSurface("127.0.0.1:0", harness.daemon.view)
+        http.start()
+        try:
+            shown = status(tmp_path, http.address)
+            raw = json.loads(status(tmp_path, http.address, "--json").stdout)
+        finally:
+            http.stop()
+    assert f"pid {ignoring.popen.pid} " in shown.stdout
+    assert "(SIGTERM ignored)" in shown.stdout
+    assert "tpu_node=train-a" in shown.stdout
+    assert [h["sigterm"] for h in raw["holders"]] == ["ignored"]
+    assert raw["host"]["worker_id"] == "1"

@@ -43,6 +43,21 @@ def test_terminate_drains_the_holders_then_clearing_returns_to_idle(
         assert harness.daemon.view.readiness()[0]
 
 
+def test_holders_by_sigterm_disposition_in_metrics_and_status(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """Real children that catch, ignore, or leave SIGTERM at its default: counted, shown, none signalled."""
+    modes = (("handled", "caught"), ("ignore", "ignored"), ("default", "default"))
+    kinds = {workloads.start(mode).popen.pid: kind for mode, kind in modes}
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        for kind in kinds.values():
+            harness.wait_metric("tpu_watchdog_device_holders_by_sigterm", 1, disposition=kind)
+        holders = harness.daemon.view.status()["holders"]
+        assert {h["pid"]: h["sigterm"] for h in holders} == kinds
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 0
+    assert all(child.alive() for child in workloads.children)
+
+
 def test_migrate_sends_nothing_by_default(
     fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
 ) -> None:

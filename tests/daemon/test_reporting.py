@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry
 from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
 from watchdog.core.lifecycle import Lifecycle
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.view import StatusView
 from watchdog.metadata.errors import ErrorKind, MetadataError
@@ -70,3 +72,27 @@ def test_a_state_file_that_cannot_be_written_is_said_once_and_its_return_too(
     assert r.metrics.registry.get_sample_value("tpu_watchdog_state_persisted") == 1
     said = [rec.getMessage() for rec in caplog.records if "PERSISTED" in rec.getMessage().upper()]
     assert len(said) == 2, said  # not persisted (once), persisted again (once)
+
+
+def test_a_holder_that_will_lose_its_progress_is_said_once_after_two_scans(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = reporter(tmp_path)
+    caught, default, ignored = (SigtermDisposition.CAUGHT, SigtermDisposition.DEFAULT,
+                                SigtermDisposition.IGNORED)  # fmt: skip
+    starting = Holder(ProcessIdentity(10, 1), "train", (), 0, ("/dev/accel0",), sigterm=default)
+    plain = Holder(ProcessIdentity(11, 1), "plain", (), 0, ("/dev/accel0",), sigterm=default)
+    deaf = Holder(ProcessIdentity(12, 1), "deaf", (), 0, ("/dev/accel0",), sigterm=ignored)
+    ready = dataclasses.replace(starting, sigterm=caught)  # it reached jax.distributed.initialize()
+    with caplog.at_level(logging.WARNING, "tpu-watchdog"):
+        r.holders_scanned([starting, plain, deaf])
+        assert caplog.records == []  # one scan is not enough: a JAX job is default until it initializes
+        r.holders_scanned([ready, plain, deaf])
+        r.holders_scanned([ready, plain, deaf])
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 2
+    assert "pid 11 (plain) holds the TPU with SIGTERM default" in said[0]
+    assert "pid 12 (deaf) holds the TPU with SIGTERM ignored" in said[1]
+    assert [h.name for h in r.view.holders] == ["train", "plain", "deaf"]
+    gauge = "tpu_watchdog_device_holders_by_sigterm"
+    assert r.metrics.registry.get_sample_value(gauge, {"disposition": "default"}) == 1

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.support.daemon_harness import FAST
 from watchdog.config.settings import default_config
+from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Lifecycle, Trigger
 from watchdog.daemon.view import StatusView
 from watchdog.fake.server import FakeMetadataServer
@@ -78,3 +79,14 @@ def test_status_names_the_drain_its_deadline_and_the_state_file(tmp_path: Path) 
     assert status["drain"]["time_left"] == 300
     assert status["state_file"] == {"persisted": True, "error": None}
     assert [e["source"] for e in status["events"]] == ["maintenance-event"]
+
+
+def test_the_host_is_known_fields_in_status_and_every_field_as_text_for_notices(tmp_path: Path) -> None:
+    view = view_of(Lifecycle(), Clock(), tmp_path)
+    assert view.status()["host"] == {}
+    assert set(view.host.values()) == {""}
+    view.identity = HostIdentity(instance_id="42", tpu_node="train-a", slice_hosts=16)
+    assert view.status()["host"] == {"instance_id": "42", "tpu_node": "train-a", "slice_hosts": 16}
+    assert view.host["tpu_node"] == "train-a"
+    assert view.host["slice_hosts"] == "16"
+    assert view.host["multislice_coordinator"] == ""

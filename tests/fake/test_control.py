@@ -62,6 +62,12 @@ def test_json_content_type_sets_a_json_value(control: Control) -> None:
         ("POST", "faults", b'{"kind": "status", "count": "2"}', "", 400),
         ("PUT", "faults", b"", "", 405),
         ("POST", "requests", b"", "", 405),
+        ("GET", "identity", b"", "", 405),
+        ("POST", "identity", b'["node"]', "", 400),
+        ("POST", "identity", b'{"nodes": "x"}', "", 400),  # unknown field
+        ("POST", "identity", b'{"worker": 4, "hosts": 4}', "", 400),  # no such worker
+        ("POST", "identity", b'{"slice_id": 0}', "", 400),  # Multislice needs both
+        ("POST", "identity", b'{"node": "a b"}', "", 400),
         ("GET", "v2/instance/preempted", b"", "", 404),
     ],
 )
@@ -82,3 +88,30 @@ def test_requests_are_a_bounded_ring(control: Control) -> None:
 def test_reset_everything_with_an_empty_body(control: Control) -> None:
     control.store.set("instance/preempted", "TRUE")
     assert control("POST", "reset")[1] == {"reset": "everything", "changed": True}
+
+
+def test_identity_sets_every_key_of_a_tpu_vm_consistently(control: Control) -> None:
+    document = {"node": "train-b", "worker": 3, "hosts": 4, "accelerator_type": "v5litepod-16",
+                "slice_id": 1, "num_slices": 2}  # fmt: skip
+    status, answer = control("POST", "identity", json.dumps(document).encode())
+    assert status == 200
+    values = answer["identity"]
+    env = values["instance/attributes/tpu-env"]
+    assert "NODE_ID: 'train-b'\n" in env
+    assert "WORKER_ID: '3'\n" in env
+    assert "MEGASCALE_SLICE_ID: '1'\n" in env
+    assert "MEGASCALE_NUM_SLICES: '2'\n" in env
+    assert "MEGASCALE_COORDINATOR_ADDRESS: '10." in env
+    assert values["instance/attributes/agent-worker-number"] == "3"
+    assert values["instance/attributes/accelerator-type"] == "v5litepod-16"
+    assert len(values["instance/attributes/worker-network-endpoints"].split(",")) == 4
+    assert values["instance/name"].endswith("-w-3")
+    for path, text in values.items():
+        snapshot = control.store.lookup(path)
+        assert isinstance(snapshot, Leaf)
+        assert snapshot.value.content == text
+    assert "instance/attributes/tpu-env" in answer["changed"]
+    again = control("POST", "identity", json.dumps({**document, "worker": 0}).encode())[1]["identity"]
+    endpoints = "instance/attributes/worker-network-endpoints"
+    assert again[endpoints] == values[endpoints]  # the slice's list, the same from any of its hosts
+    assert again["instance/id"] != values["instance/id"]

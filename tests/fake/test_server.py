@@ -95,7 +95,9 @@ def test_directory_lists_children(fake: FakeMetadataServer, session: requests.Se
     assert get(fake, session, "instance/attributes/").text.splitlines() == [
         "accelerator-type",
         "agent-worker-number",
+        "tpu-env",
         "worker-id",
+        "worker-network-endpoints",
     ]
     assert get(fake, session, "").text.splitlines() == ["instance/", "project/"]
 

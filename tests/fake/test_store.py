@@ -82,13 +82,13 @@ def test_set_refuses_directories_and_children_of_values() -> None:
 def test_reset_and_delete() -> None:
     store = MetadataStore()
     store.set(ME, "TERMINATE_ON_HOST_MAINTENANCE")
-    store.set("instance/attributes/tpu-env", "WORKER_ID: '0'")
+    store.set("instance/attributes/extra", "x")
     store.delete("instance/preempted")
     assert store.lookup("instance/preempted") is None
     with pytest.raises(KeyError):
         store.delete("instance/preempted")
     assert store.reset("instance/attributes") is True  # a key without default goes away
-    assert store.lookup("instance/attributes/tpu-env") is None
+    assert store.lookup("instance/attributes/extra") is None
     assert leaf(store, ME).value.content == "TERMINATE_ON_HOST_MAINTENANCE"
     assert store.reset() is True
     assert {k: leaf(store, k).value for k in DEFAULTS} == dict(DEFAULTS)

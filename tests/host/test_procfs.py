@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.proctree import ProcTree, stat_line
+from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.host.procfs import (
     PF_EXITING,
     PF_KTHREAD,
@@ -19,6 +21,7 @@ from watchdog.host.procfs import (
     Procfs,
     parse_cmdline,
     parse_real_uid,
+    parse_sigterm,
     parse_stat,
     pick_cgroup,
     read_stat,
@@ -82,6 +85,51 @@ def test_real_uid_is_the_first_uid_column() -> None:
         parse_real_uid("Name:\tx\n")
     with pytest.raises(ValueError, match="Uid"):
         parse_real_uid("Uid:\tnope\n")
+
+
+@pytest.mark.parametrize(
+    ("ignored", "caught", "disposition"),
+    [("0000000000000000", "0000000000000000", SigtermDisposition.DEFAULT),
+     ("0000000001001000", "0000000100000002", SigtermDisposition.DEFAULT),  # plain JAX, as measured
+     ("0000000001001000", "0000000100004002", SigtermDisposition.CAUGHT),  # JAX after initialize
+     ("0000000000004000", "0000000000000000", SigtermDisposition.IGNORED),
+     ("0000000000004000", "0000000000004000", SigtermDisposition.IGNORED),  # SIG_IGN is what runs
+     ("ffffffffffffbfff", "ffffffffffffbfff", SigtermDisposition.DEFAULT)],  # every bit but SIGTERM's
+)  # fmt: skip
+def test_sigterm_disposition_is_bit_14_of_the_masks(
+    ignored: str, caught: str, disposition: SigtermDisposition
+) -> None:
+    status = "Name:\tpython3\nSigQ:\t0/1\nSigPnd:\t0000000000004000\nSigBlk:\t0000000000004000\n"
+    assert parse_sigterm(f"{status}SigIgn:\t{ignored}\nSigCgt:\t{caught}\n") is disposition
+
+
+@pytest.mark.parametrize("masks", ["", "SigIgn:\t0\n", "SigIgn:\tzz\nSigCgt:\t0\n"])
+def test_sigterm_disposition_is_unknown_without_both_masks(masks: str) -> None:
+    assert parse_sigterm(f"Name:\tx\n{masks}") is None
+
+
+def test_real_sigterm_disposition_of_a_child(tmp_path: Path) -> None:
+    """A real child ignoring SIGTERM, then catching it: read from its /proc status through Procfs."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+         "print(1, flush=True); sys.stdin.readline(); signal.signal(signal.SIGTERM, lambda *_: None); "
+         "print(2, flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline() == "1\n"
+        assert Procfs().status(child.pid)[1] is SigtermDisposition.IGNORED
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "2\n"
+        assert Procfs().status(child.pid) == (os.getuid(), SigtermDisposition.CAUGHT)
+    finally:
+        child.kill()
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()
 
 
 def test_cmdline_is_split_on_nul() -> None:

@@ -16,7 +16,6 @@ from watchdog.metadata.transport import (
     DEFAULT_HOST,
     MAX_BODY_BYTES,
     MetadataTransport,
-    read_host_info,
     resolve_metadata_host,
 )
 
@@ -180,13 +179,3 @@ def test_close_ends_a_hanging_get_at_once(
     assert "closed" in error.detail
     with pytest.raises(MetadataError, match="closed"):
         transport.get(PREEMPTED)
-
-
-def test_host_info_for_metric_labels(fake: FakeMetadataServer, transport: MetadataTransport) -> None:
-    fake.delete("instance/attributes/worker-id")
-    assert read_host_info(transport) == {
-        "instance_id": "4520031799277581759",
-        "zone": "us-central2-b",
-        "accelerator_type": "v4-8",
-        "worker_id": "",
-    }

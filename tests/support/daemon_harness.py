@@ -54,6 +54,7 @@ class DaemonHarness:
         scanner: Any = None,
         confirm_wait: float = CONFIRM_WAIT,
         wait_for_answers: bool = True,
+        host_info: bool = False,
         **overrides: Any,
     ) -> None:
         self.wait_for_answers = wait_for_answers
@@ -68,7 +69,7 @@ class DaemonHarness:
             scanner=scanner or OwnScanner(workloads),
             store=store,
             notifier=notifier or Notifier(environ={}),
-            host_info=False,
+            host_info=host_info,
             confirm_wait=confirm_wait,
         )
         self.built = build_daemon(self.config, self.stop, wiring)

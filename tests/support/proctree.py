@@ -49,14 +49,18 @@ class ProcTree:
         cgroup: str = "0::/user.slice/user-0.slice/session-1.scope\n",
         fds: Mapping[int, str] | None = None,
         omit: Sequence[str] = (),
+        signals: tuple[int, int] | None = None,
     ) -> Path:
         """One process. `fds` maps fd numbers to link targets ("/dev/accel0", "socket:[12]"); `omit` names
-        files to leave out (as if the process exited between reads)."""
+        files to leave out (as if the process exited between reads); `signals` the (SigIgn, SigCgt) masks
+        of its status (None: no such lines, as no real kernel would write)."""
         pid_dir = self.root / str(pid)
         (pid_dir / "fd").mkdir(parents=True)
+        masks = "" if signals is None else f"SigIgn:\t{signals[0]:016x}\nSigCgt:\t{signals[1]:016x}\n"
         files = {
             "stat": stat_line(pid, name, state, ppid, flags, start_time),
-            "status": f"Name:\t{name}\nState:\t{state}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n",
+            "status": f"Name:\t{name}\nState:\t{state}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n"
+            + masks,
             "cgroup": cgroup,
         }
         for file_name, text in files.items():

@@ -9,15 +9,19 @@ import subprocess
 import pytest
 from prometheus_client import generate_latest
 
+from watchdog.core.identity import LABELS as HOST_LABELS
 from watchdog.core.metadata_values import MaintenanceKind
+from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import (
     DEFAULT_MAINTENANCE_GRACE,
     FINISHED_OUTCOMES,
     WATCHED_KEYS,
     DaemonState,
     Outcome,
+    SigtermDisposition,
 )
 from watchdog.surface.metrics import (
+    DISPOSITIONS,
     DRAIN_BUCKETS,
     ENDPOINTS,
     MAINTENANCE_VALUES,
@@ -93,7 +97,9 @@ def test_state_and_event_are_one_hot() -> None:
 def test_host_info_is_replaced_not_accumulated() -> None:
     metrics = Metrics()
     metrics.set_host_info({"instance_id": "1", "accelerator_type": "v4-8", "worker_id": "0", "zone": "z"})
-    labels = {"instance_id": "1", "accelerator_type": "v4-8", "worker_id": "0", "zone": "z"}
+    labels = dict.fromkeys(HOST_LABELS, "")
+    assert value(metrics, "tpu_watchdog_host_info", **labels) is None  # the start-up series, replaced
+    labels.update(instance_id="1", accelerator_type="v4-8", worker_id="0", zone="z")
     assert value(metrics, "tpu_watchdog_host_info", **labels) == 1
     output = generate_latest(metrics.registry).decode()
     assert output.count("tpu_watchdog_host_info{") == 1
@@ -116,3 +122,19 @@ def test_promtool_finds_nothing_to_say() -> None:
     assert checked.returncode == 0, checked.stderr.decode()
     assert checked.stdout == b""
     assert checked.stderr == b""
+
+
+def test_holders_by_sigterm_disposition() -> None:
+    metrics = Metrics()
+    assert [SigtermDisposition(d) for d in DISPOSITIONS] == list(SigtermDisposition)
+    name = "tpu_watchdog_device_holders_by_sigterm"
+    assert {d: value(metrics, name, disposition=d) for d in DISPOSITIONS} == dict.fromkeys(DISPOSITIONS, 0)
+    caught, default = SigtermDisposition.CAUGHT, SigtermDisposition.DEFAULT
+    holders = [Holder(ProcessIdentity(pid, 1), "p", (), 0, (), sigterm=kind)
+               for pid, kind in enumerate([caught, default, default, None])]  # fmt: skip
+    metrics.set_holders(holders)
+    assert value(metrics, "tpu_watchdog_device_holders") == 4
+    counts = {d: value(metrics, name, disposition=d) for d in DISPOSITIONS}
+    assert counts == {"caught": 1, "ignored": 0, "default": 2}  # the unknown one counts in none
+    metrics.set_holders(holders[:1])
+    assert value(metrics, name, disposition="default") == 0

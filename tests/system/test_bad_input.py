@@ -510,6 +510,7 @@ BAD_USAGE = {
     "status": [["--json=yes"], ["--config"]],
     "holders": [["--proc-root"], ["--json=1"]],
     "drill": [["--dry-run=no"], ["--grace"]],
+    "readiness": [["--json=yes"], ["--device"]],
     "config": [["--json=x"], ["--device"]],
     "watch": [["--timeout-sec", "soon"], ["--metadata-host"]],
     "fake-metadata": [["--at", "5s"], ["--listen"]],

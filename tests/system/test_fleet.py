@@ -1,7 +1,10 @@
 """The fleet view, end to end: 50 daemons (one per simulated TPU VM, each with its own fake metadata server,
 device node, state directory and training process), one real Prometheus scraping them all every second with
-the packaged rules loaded, and a maintenance wave across 7 hosts of one slice. The recorded series must name
-exactly those 7 hosts (by instance_id), count them on their slice only, and let them go when the wave ends.
+the packaged rules loaded, and a maintenance wave across 7 hosts of one slice of a Multislice job. Each host
+learns which TPU node (slice) and Multislice job it belongs to from its metadata server (tpu-env), as a real
+TPU VM does. The recorded series must name exactly those 7 hosts (by instance_id), count them on their own
+slice only (not on the other slice of the same type and zone), count them once on their job, and let them go
+when the wave ends.
 
 The daemons run in this process (the real Daemon, watches over loopback HTTP, the real HTTP surface); each
 scans /proc with tests.support.workloads.OwnScanner, so it can only ever signal the processes this test
@@ -27,8 +30,10 @@ from tests.support.daemon_harness import FAST, MAINTENANCE, harness_config
 from tests.support.prometheus_server import PrometheusServer
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, OwnScanner, Workloads
+from watchdog.core.identity import TPU_ENV
 from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.daemon.loop import Daemon
+from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.backoff import Backoff
 from watchdog.metadata.transport import MetadataTransport
@@ -41,10 +46,15 @@ RULES = [
     REPO / "packaging" / "prometheus" / "tpu-watchdog-fleet.rules.yml",
 ]
 PROJECT = "123456789012"
-# One 32-host v5p-256 slice (4 chips per VM) and 18 single-host v4-8 VMs: 50 daemons.
-V5P = ("v5p-256", "us-east5-a")
+# A Multislice job of two 16-host v5p-128 slices (4 chips per VM) in one zone, and 18 single-host v4-8 VMs
+# (each a node of its own; the last 3 on an image without tpu-env: their node is unknown): 50 daemons.
+V5P = ("v5p-128", "us-east5-a")
 V4 = ("v4-8", "us-central2-b")
-WAVE_WORKERS = range(9, 16)  # 7 hosts of the v5p slice
+SLICES = ("train-a", "train-b")
+COORDINATOR = "10.130.0.2:8476"
+OLD_IMAGES = 3
+WAVE_NODE = "train-b"
+WAVE_WORKERS = range(9, 16)  # 7 hosts of its second slice
 HANG_SEC = 10  # hanging-GET timeout: long enough that 150 idle watches cost little CPU here
 PROMETHEUS_WITHIN = 30.0  # the first sample comes 5-6 s after Prometheus starts; 50 targets, 2 shared cores
 WITHIN = 30.0  # for the daemons' own states: 50 of them share this process (one GIL) and 2 busy cores
@@ -63,6 +73,7 @@ class Host:
     instance_id: str
     accelerator_type: str
     zone: str
+    node: str  # "" for a host whose image has no tpu-env
     worker_id: int
     fake: FakeMetadataServer
     workloads: Workloads
@@ -74,20 +85,23 @@ class Host:
     http: HttpSurface
 
     @property
+    def slice(self) -> str:
+        """Its slice as the rules group it: the TPU node, or "type/zone" when its image does not say."""
+        return self.node or f"{self.accelerator_type}/{self.zone}"
+
+    @property
     def state(self) -> str:
         return self.daemon.lifecycle.state.value
 
 
-def start_host(root: Path, index: int, slice_: tuple[str, str], worker_id: int) -> Host:
-    accelerator_type, zone = slice_
+def start_host(root: Path, index: int, identity: TpuIdentity, has_env: bool = True) -> Host:
     instance_id = str(7_100_000_000_000_000_000 + index)
     directory = root / f"host-{index:02d}"
     (directory / "dev").mkdir(parents=True)
     fake = FakeMetadataServer(listen="127.0.0.1:0").start()
-    fake.set("instance/id", instance_id)
-    fake.set("instance/zone", f"projects/{PROJECT}/zones/{zone}")
-    fake.set("instance/attributes/accelerator-type", accelerator_type)
-    fake.set("instance/attributes/worker-id", str(worker_id))
+    fake.set_identity(dataclasses.replace(identity, instance_id=instance_id))
+    if not has_env:
+        fake.delete(TPU_ENV)
     workloads = Workloads(directory / "dev")
     try:
         trainer = workloads.start("gate")  # on SIGTERM says "term"; exits 0 once the test opens its gate
@@ -109,8 +123,8 @@ def start_host(root: Path, index: int, slice_: tuple[str, str], worker_id: int) 
     thread = threading.Thread(target=daemon.run, name=f"daemon {index}", daemon=True)
     thread.start()
     return Host(
-        instance_id, accelerator_type, zone, worker_id, fake, workloads, trainer, stop, transport, daemon,
-        thread, http,
+        instance_id, identity.accelerator_type, identity.zone, identity.node if has_env else "",
+        identity.worker, fake, workloads, trainer, stop, transport, daemon, thread, http,
     )  # fmt: skip
 
 
@@ -139,12 +153,21 @@ def stop_hosts(hosts: list[Host]) -> None:
 def fleet(tmp_path: Path) -> Iterator[list[Host]]:
     hosts: list[Host] = []
     try:
-        for worker in range(32):
-            hosts.append(start_host(tmp_path, len(hosts), V5P, worker))
-        for _ in range(18):
-            hosts.append(start_host(tmp_path, len(hosts), V4, 0))
+        for slice_id, node in enumerate(SLICES):
+            for worker in range(16):
+                identity = TpuIdentity(
+                    V5P[0], node, worker, hosts=16, zone=V5P[1], slice_id=slice_id, num_slices=len(SLICES),
+                    coordinator=COORDINATOR,
+                )  # fmt: skip
+                hosts.append(start_host(tmp_path, len(hosts), identity))
+        for vm in range(18):
+            identity = TpuIdentity(V4[0], f"v4-vm-{vm}", zone=V4[1])
+            hosts.append(start_host(tmp_path, len(hosts), identity, has_env=vm < 18 - OLD_IMAGES))
         wait_for(
-            lambda: all(len(h.daemon.view.values) == 3 and h.daemon.view.host for h in hosts),
+            lambda: all(
+                len(h.daemon.view.values) == 3 and h.daemon.view.identity.instance_id == h.instance_id
+                for h in hosts
+            ),
             timeout=30,
             what="every daemon: each watched key answered and its host facts read",
         )
@@ -166,11 +189,20 @@ def instance_ids(result: list[dict[str, Any]]) -> set[str]:
     return {series["metric"]["instance_id"] for series in result}
 
 
-def by_slice(result: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
-    return {
-        (series["metric"]["accelerator_type"], series["metric"]["zone"]): float(series["value"][1])
-        for series in result
-    }
+def by_slice(result: list[dict[str, Any]]) -> dict[str, float]:
+    """Recorded series by their slice, spelled as `Host.slice`."""
+    found = {}
+    for series in result:
+        labels = series["metric"]
+        name = labels.get("tpu_node") or f"{labels['accelerator_type']}/{labels['zone']}"
+        found[name] = float(series["value"][1])
+    return found
+
+
+def slices(fleet: list[Host], counts: dict[str, float] | None = None) -> dict[str, float]:
+    """Every slice of the fleet with 0 hosts, but those in `counts`."""
+    every = {host.slice: 0.0 for host in fleet}
+    return {**every, **(counts or {})}
 
 
 def said_nothing(child: Child) -> bool:
@@ -184,9 +216,7 @@ def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
 ) -> None:
     started = time.time()
     everyone = {host.instance_id for host in fleet}
-    wave = [
-        host for host in fleet if (host.accelerator_type, host.zone) == V5P and host.worker_id in WAVE_WORKERS
-    ]
+    wave = [host for host in fleet if host.node == WAVE_NODE and host.worker_id in WAVE_WORKERS]
     assert len(wave) == 7
     spared = [host for host in fleet if host not in wave]
 
@@ -196,14 +226,21 @@ def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
         timeout=PROMETHEUS_WITHIN, interval=0.2, what="all 50 hosts scraped with their host_info",
     )  # fmt: skip
     wait_for(
-        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum")) == {V5P: 0.0, V4: 0.0},
+        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum")) == slices(fleet),
         timeout=PROMETHEUS_WITHIN, interval=0.2, what="the slice rules evaluated on all hosts, none draining",
     )  # fmt: skip
+    assert len(slices(fleet)) == 2 + (18 - OLD_IMAGES) + 1  # two v5p nodes, 15 v4 nodes, the unknown ones
     assert prometheus.query("instance:tpu_watchdog_draining:host_info") == []
     slice_sizes = prometheus.query(
-        'count by (accelerator_type, zone) (tpu_watchdog_host_info{job="tpu-watchdog"})'
+        'count by (tpu_node, accelerator_type, zone) (tpu_watchdog_host_info{job="tpu-watchdog"})'
     )
-    assert by_slice(slice_sizes) == {V5P: 32.0, V4: 18.0}
+    sizes = slices(fleet)
+    for host in fleet:
+        sizes[host.slice] += 1
+    assert by_slice(slice_sizes) == sizes
+    assert (sizes["train-a"], sizes["train-b"], sizes[f"{V4[0]}/{V4[1]}"]) == (16, 16, OLD_IMAGES)
+    job = f'multislice:tpu_watchdog_hosts_draining:sum{{multislice_coordinator="{COORDINATOR}"}}'
+    assert [float(s["value"][1]) for s in prometheus.query(job)] == [0.0]
 
     # The wave: maintenance on 7 hosts of the v5p slice. Each of their trainers gets SIGTERM.
     for host in wave:
@@ -219,15 +256,25 @@ def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
         timeout=PROMETHEUS_WITHIN, interval=0.2, what="instance:tpu_watchdog_draining:host_info == the wave",
     )  # fmt: skip
     draining = prometheus.query("instance:tpu_watchdog_draining:host_info")
-    assert {(s["metric"]["accelerator_type"], s["metric"]["zone"]) for s in draining} == {V5P}
+    assert {(s["metric"]["tpu_node"], s["metric"]["slice_id"]) for s in draining} == {(WAVE_NODE, "1")}
+    assert {s["metric"]["multislice_coordinator"] for s in draining} == {COORDINATOR}
     assert sorted(int(s["metric"]["worker_id"]) for s in draining) == list(WAVE_WORKERS)
     wait_for(
-        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum")) == {V5P: 7.0, V4: 0.0},
-        timeout=PROMETHEUS_WITHIN, interval=0.2, what="7 draining on the v5p slice only",
+        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum"))
+        == slices(fleet, {WAVE_NODE: 7.0}),
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="7 draining on their own slice only, not its twin",
     )  # fmt: skip
     deadline_left = by_slice(prometheus.query("slice:tpu_watchdog_drain_deadline_seconds_left:min"))
-    assert set(deadline_left) == {V5P}
-    assert 0 < deadline_left[V5P] <= 300
+    assert set(deadline_left) == {WAVE_NODE}
+    assert 0 < deadline_left[WAVE_NODE] <= 300
+    wait_for(
+        lambda: [float(s["value"][1]) for s in prometheus.query(job)] == [7.0],
+        timeout=PROMETHEUS_WITHIN, interval=0.2, what="7 draining on the Multislice job",
+    )  # fmt: skip
+    job_slices = prometheus.query("multislice:tpu_watchdog_slices_draining:count")
+    assert [(s["metric"]["multislice_coordinator"], float(s["value"][1])) for s in job_slices] == [
+        (COORDINATOR, 1.0)
+    ]
     sigterms = 'sum(tpu_watchdog_signals_sent_total{job="tpu-watchdog", signal="SIGTERM"})'
     wait_for(
         lambda: [float(s["value"][1]) for s in prometheus.query(sigterms)] == [7.0],
@@ -244,7 +291,7 @@ def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
         lambda: all(h.state == "drained" for h in wave), timeout=60, what="every host of the wave drained"
     )
     wait_for(
-        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum")) == {V5P: 0.0, V4: 0.0},
+        lambda: by_slice(prometheus.query("slice:tpu_watchdog_hosts_draining:sum")) == slices(fleet),
         timeout=PROMETHEUS_WITHIN, interval=0.2, what="the slice count back to 0 after the wave",
     )  # fmt: skip
     wait_for(

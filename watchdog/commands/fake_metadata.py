@@ -15,6 +15,7 @@ from types import FrameType
 from typing import TextIO
 
 from watchdog.exitcodes import EXIT_CANNOT_LISTEN, EXIT_OK, EXIT_USAGE
+from watchdog.fake.identity import FIELDS, parse_identity
 from watchdog.fake.listen import DEFAULT_LISTEN, check_listen, parse_listen
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.fake.store import MetadataStore
@@ -27,12 +28,14 @@ examples:
   tpu-watchdog fake-metadata --listen 127.0.0.1:0
   tpu-watchdog fake-metadata --at 10s instance/maintenance-event=TERMINATE_ON_HOST_MAINTENANCE \\
       --at 1m30s instance/maintenance-event=-
+  tpu-watchdog fake-metadata --identity node=my-slice,accelerator_type=v5litepod-16,hosts=4,worker=1,\
+      slice_id=0,num_slices=2
   tpu-watchdog fake-metadata --set 'instance/upcoming-maintenance={"type": "SCHEDULED", \\
       "maintenance_status": "PENDING", "window_start_time": "2030-01-01T00:00:00Z"}'
 
 Then: GCE_METADATA_HOST=127.0.0.1:8053 tpu-watchdog watch
 Control API (no flavor header needed): PUT/DELETE /_fake/v1/KEY, POST /_fake/reset, POST /_fake/faults,
-GET /_fake/requests.
+POST /_fake/identity, GET /_fake/requests.
 """
 
 
@@ -49,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-remote",
         action="store_true",
         help="allow a non-loopback --listen address (anyone who can reach it can fake maintenance)",
+    )
+    parser.add_argument(
+        "--identity",
+        metavar="FIELD=VALUE,...",
+        help="serve this TPU VM identity (every identity key, consistent; --set overrides one); fields: "
+        + ", ".join(FIELDS),
     )
     parser.add_argument(
         "--set",
@@ -72,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         address = parse_listen(args.listen)
         check_listen(address, args.allow_remote)
+        identity = parse_identity(args.identity) if args.identity else None
         initial = [parse_assignment(text) for text in args.set]
         steps = parse_steps(args.at)
         _rehearse(initial + [step.assignment for step in steps])
@@ -79,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return EXIT_USAGE
     fake = FakeMetadataServer(listen=args.listen, allow_remote=args.allow_remote)
+    if identity is not None:
+        fake.set_identity(identity)
     for assignment in initial:
         apply(fake, assignment)
     stop = threading.Event()

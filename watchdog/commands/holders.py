@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # typing only: psutil is imported when there are holders to d
 
     Facts = Mapping[ProcessIdentity, HolderFacts]
 
-COLUMNS = ("COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "FD-DEVICES", "CGROUP", "ARGS")
+COLUMNS = ("COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "SIGTERM", "FD-DEVICES", "CGROUP", "ARGS")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +66,7 @@ def _entry(h: Holder, facts: HolderFacts | None) -> dict[str, object]:
         "ppid": h.ppid,
         "devices": list(h.devices),
         "cgroup": h.cgroup,
+        "sigterm": h.sigterm.value if h.sigterm else None,  # caught, ignored, default; null: not told
         "user": None if facts is None else facts.user,
         "create_time": None if facts is None else facts.create_time,
         "children": None if facts is None or facts.children is None else list(facts.children),
@@ -95,6 +96,7 @@ def _row(h: Holder, facts: HolderFacts | None) -> tuple[str, ...]:
         user,
         started,
         ",".join(map(str, children)) if children else "-",
+        h.sigterm.value if h.sigterm else "-",
         ",".join(h.devices),
         h.cgroup or "-",
         " ".join(" ".join(h.cmdline).split()) or "-",  # one line, whatever the argv holds (python -c "...")

@@ -64,7 +64,9 @@ def render(status: dict[str, Any]) -> str:
     holders = status.get("holders", [])
     lines.append(f"holders:   {len(holders)}")
     for holder in holders:
-        lines.append(f"           pid {holder['pid']} {holder['name']}: {' '.join(holder['devices'])}")
+        sigterm = f" (SIGTERM {holder['sigterm']})" if holder.get("sigterm") else ""
+        devices = " ".join(holder["devices"])
+        lines.append(f"           pid {holder['pid']} {holder['name']}: {devices}{sigterm}")
     for key, watch in sorted(status.get("metadata", {}).items()):
         error = f", last error {watch['last_error']}" if watch.get("last_error") else ""
         lines.append(

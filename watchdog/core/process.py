@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from watchdog.core.vocabulary import SigtermDisposition
+
 
 @dataclass(frozen=True, order=True)
 class ProcessIdentity:
@@ -31,6 +33,7 @@ class Holder:
     devices: tuple[str, ...]
     cgroup: str = ""
     ppid: int = 0
+    sigterm: SigtermDisposition | None = None  # None: /proc did not say (a fixture tree, an odd kernel)
 
     @property
     def pid(self) -> int:

@@ -31,6 +31,15 @@ class Outcome(str, enum.Enum):
     INTERRUPTED = "interrupted"  # the daemon is stopping mid-drain; resume with the same deadline
 
 
+class SigtermDisposition(str, enum.Enum):
+    """What SIGTERM would do to a holder now, from /proc/PID/status (`holders`, /status `sigterm`, the
+    `tpu_watchdog_device_holders_by_sigterm` label). Caught proves a handler, not a checkpoint."""
+
+    CAUGHT = "caught"  # a handler runs (JAX's notifier after jax.distributed.initialize, or the job's own)
+    IGNORED = "ignored"  # SIG_IGN: the process goes on as if nothing came, until the deadline's SIGKILL
+    DEFAULT = "default"  # the kernel's default action: it dies at once, nothing saved
+
+
 # The outcomes of a drain that ended: an interrupted one is resumed by the next start, so it never is.
 FINISHED_OUTCOMES: tuple[Outcome, ...] = tuple(o for o in Outcome if o is not Outcome.INTERRUPTED)
 

@@ -20,7 +20,8 @@ from watchdog.daemon.newcomers import CONFIRM_WAIT
 from watchdog.host.holders import scanner_for
 from watchdog.metadata.backoff import Backoff
 from watchdog.metadata.errors import ErrorKind
-from watchdog.metadata.transport import MetadataTransport, read_host_info, resolve_metadata_host
+from watchdog.metadata.identity import fetch_identity
+from watchdog.metadata.transport import MetadataTransport, resolve_metadata_host
 from watchdog.metadata.watch import MetadataWatcher, WatchEvent, WatchTiming
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
@@ -83,7 +84,7 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         notifier=wiring.notifier or Notifier(),
         metrics=metrics,
         clock=wiring.clock,
-        host_info=(lambda: read_host_info(transport)) if wiring.host_info else None,
+        identity=(lambda paths: fetch_identity(transport, paths)) if wiring.host_info else None,
         wedge_file=wiring.wedge_file,
         confirm_wait=wiring.confirm_wait,
     )

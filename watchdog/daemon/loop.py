@@ -20,6 +20,7 @@ from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord
+from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import (
     Action,
     CancelDrain,
@@ -34,6 +35,7 @@ from watchdog.core.policy import trigger, upcoming_drain_due
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, DaemonState, Outcome, source_of
 from watchdog.daemon.drain import Scanner
+from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
@@ -71,7 +73,7 @@ class Daemon:
         notifier: Notifier,
         metrics: Metrics,
         clock: Clock | None = None,
-        host_info: Callable[[], dict[str, str]] | None = None,
+        identity: Fetch | None = None,
         wedge_file: str | None = None,
         confirm_wait: float = CONFIRM_WAIT,
     ) -> None:
@@ -92,7 +94,7 @@ class Daemon:
         )
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
-        self._host_info = host_info
+        self._identity = identity
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
@@ -116,8 +118,11 @@ class Daemon:
         threading.Thread(target=self._wake_on_stop, name="stop-waker", daemon=True).start()
         self._resume()
         self.watcher.start()
-        if self._host_info is not None:
-            threading.Thread(target=self._read_host_info, name="host-info", daemon=True).start()
+        if self._identity is not None:
+            threading.Thread(
+                target=learn_identity, args=(self._identity, self._identity_learned, self.stop),
+                name="host-identity", daemon=True,
+            ).start()  # fmt: skip
         log.info(
             "tpu-watchdog started: state %s, devices %s%s",
             self.lifecycle.state.value,
@@ -203,8 +208,7 @@ class Daemon:
             self._watch_late_arrivals(now)
         elif not self.runner.running and now >= self._next_scan:
             self._next_scan = now + HOLDER_REFRESH
-            self.view.holders = list(self.scanner.scan().holders)
-            self.metrics.device_holders.set(len(self.view.holders))
+            self.reporter.holders_scanned(self.scanner.scan().holders)
 
     def _watch_late_arrivals(self, now: float) -> None:
         """While drained events are on, scan as a drain does: a process that opens a device now (a job
@@ -359,15 +363,9 @@ class Daemon:
     def _to_mono(self, wall_deadline: float) -> float:
         return self.clock.monotonic() + (wall_deadline - self.clock.wall())
 
-    def _read_host_info(self) -> None:
-        assert self._host_info is not None  # noqa: S101 - only started when given
-        while not self.stop.is_set():
-            info = self._host_info()
-            if info.get("instance_id"):
-                self.metrics.set_host_info(info)
-                self.view.host = info
-                return
-            self.stop.wait(60)
+    def _identity_learned(self, identity: HostIdentity) -> None:
+        self.metrics.set_host_info(identity.labels())
+        self.view.identity = identity
 
     def _wake_on_stop(self) -> None:
         self.stop.wait()

@@ -59,7 +59,7 @@ def late_arrivals(scanner: Scanner, store: StateStore, view: StatusView, metrics
     signalled (one SIGTERM per process per event). Refreshes the holders gauge and /status on the way."""
     holders = list(scanner.scan().holders)
     view.holders = holders
-    metrics.device_holders.set(len(holders))
+    metrics.set_holders(holders)
     signalled = {s.identity for s in store.state.signals if s.signal == "SIGTERM"}
     newcomers = [h for h in holders if h.identity not in signalled]
     if newcomers:

@@ -5,6 +5,7 @@ drain thread too): every value is replaced whole, never mutated, so HTTP threads
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from watchdog.core.metadata_values import (
     MaintenanceEvent,
@@ -13,7 +14,8 @@ from watchdog.core.metadata_values import (
     UpcomingMaintenance,
     WatchedValue,
 )
-from watchdog.core.vocabulary import MAINTENANCE_EVENT, source_of
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.vocabulary import MAINTENANCE_EVENT, SigtermDisposition, source_of
 from watchdog.daemon.view import StatusView
 from watchdog.metadata.watch import WatchFailed
 from watchdog.store.statefile import StateStore
@@ -30,6 +32,8 @@ class Reporter:
         self.metrics, self.view, self.store = metrics, view, store
         self.unknown_event_action = unknown_event_action
         self._last_error_kind: dict[str, str] = {}
+        self._unready: set[tuple[ProcessIdentity, SigtermDisposition]] = set()  # at the last idle scan
+        self._said_unready: set[tuple[ProcessIdentity, SigtermDisposition]] = set()
 
     def metadata_failed(self, message: WatchFailed) -> None:
         """Counted every time; a warning per change of error kind per key, the repeats only at debug."""
@@ -65,6 +69,28 @@ class Reporter:
             end = notice.window_end.timestamp() if notice and notice.window_end else None
             self.metrics.set_window(start, end)
         self.view.values = {**self.view.values, source_of(key): value}
+
+    def holders_scanned(self, holders: Sequence[Holder]) -> None:
+        """An idle scan: /status, the holder gauges, and a warning, once per process, for a holder whose
+        SIGTERM has been at its default or ignored at two scans in a row (a JAX job shows default until it
+        reaches jax.distributed.initialize(); the alert waits 10 minutes for the same reason)."""
+        self.view.holders = list(holders)
+        self.metrics.set_holders(holders)
+        unready = {(h.identity, h.sigterm): h for h in holders
+                   if h.sigterm in (SigtermDisposition.DEFAULT, SigtermDisposition.IGNORED)}  # fmt: skip
+        for key, h in unready.items():
+            if key in self._unready and key not in self._said_unready:
+                self._said_unready.add(key)
+                log.warning(
+                    "pid %d (%s) holds the TPU with SIGTERM %s: %s; `tpu-watchdog readiness` says more",
+                    h.pid, h.name, key[1].value,
+                    "it will die at the next maintenance before any save (a JAX job needs "
+                    "jax.distributed.initialize())" if key[1] is SigtermDisposition.DEFAULT
+                    else "it will run on until SIGKILL at the drain deadline, saving nothing",
+                    extra=fields("holder_not_ready", pid=h.pid, process=h.name, sigterm=key[1].value),
+                )  # fmt: skip
+        self._unready = set(unready)
+        self._said_unready &= self._unready  # only processes still holding are remembered
 
     def persistence(self) -> None:
         """A state file that cannot be written is loud: metric, /status, STATUS=, and an error per change.

@@ -15,6 +15,7 @@ from watchdog import __version__
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord
+from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.metadata_values import WatchedValue
 from watchdog.core.process import Holder, ProcessIdentity
@@ -46,11 +47,19 @@ class StatusView:
         self.holders: list[Holder] = []
         self.record: DrainRecord | None = None  # the drain in progress, as last published
         self.last_record: DrainRecord | None = None
-        self.host: dict[str, str] = {}
+        # Which host, slice and Multislice job this is, as far as known yet (daemon/identity.py): /status,
+        # and for whatever reports an event elsewhere (history, webhooks) to say where it happened.
+        self.identity = HostIdentity()
         self.metadata_tolerance = METADATA_TOLERANCE
         self.state_error: str | None = None  # why the state file is not being written, while it is not
         self._started = clock.wall()
         self._last_tick = clock.monotonic()
+
+    @property
+    def host(self) -> dict[str, str]:
+        """The identity as text, every field ("" where unknown): what a notice (a webhook, history) names
+        the host by. Read-only: the identity thread replaces `identity` whole."""
+        return self.identity.labels()
 
     def loop_ticked(self) -> None:
         self._last_tick = self.clock.monotonic()
@@ -135,6 +144,7 @@ class StatusView:
                     "start_time": h.identity.start_time,
                     "name": h.name,
                     "devices": list(h.devices),
+                    "sigterm": h.sigterm.value if h.sigterm else None,
                 }
                 for h in self.holders
             ],
@@ -147,7 +157,7 @@ class StatusView:
                 }
                 for s in self.watcher.statuses()
             },
-            "host": self.host,
+            "host": self.identity.to_dict(),
             "state_file": {"persisted": self.state_error is None, "error": self.state_error},
             "now": now,
         }

@@ -5,6 +5,9 @@ read the request log. No flavor header needed; these requests are not logged as 
     GET    /_fake/v1/<key>             the stored value, status and ETag
     DELETE /_fake/v1/<key>             the key is gone (404 from then on); 404 if it was not there
     POST   /_fake/reset                {"path": KEY} or {} (everything) back to the defaults
+    POST   /_fake/identity             {"node": "my-slice", "worker": 3, "hosts": 4, "accelerator_type":
+                                       "v5litepod-16", "slice_id": 1, "num_slices": 2, ...}: every identity
+                                       key of a TPU VM at once, consistent (watchdog/fake/identity.py)
     POST   /_fake/faults               {"kind": ..., "count": N, "status": 503, "seconds": 2.0, "path": KEY,
                                        "size": BYTES}
     GET    /_fake/faults               pending faults;  DELETE /_fake/faults clears them
@@ -20,6 +23,7 @@ from urllib.parse import parse_qsl
 
 from watchdog.fake.answer import JSON, Answer
 from watchdog.fake.faults import Fault, FaultBook
+from watchdog.fake.identity import identity_from_fields
 from watchdog.fake.requestlog import RequestLog
 from watchdog.fake.store import Leaf, MetadataStore, normalize_key, parse_value
 
@@ -53,6 +57,8 @@ def handle_control(
             return _value(request, route[len("v1/") :], store)
         if route == "reset":
             return _only("POST", request) or _reset(request, store)
+        if route == "identity":
+            return _only("POST", request) or _identity(request, store)
         if route == "faults":
             return _faults(request, faults)
         if route == "requests":
@@ -123,6 +129,15 @@ def _reset(request: ControlRequest, store: MetadataStore) -> Answer:
         raise ValueError(f"reset path must be a string, not {path!r}")
     changed = store.reset(path)
     return _reply(200, {"reset": path if path is not None else "everything", "changed": changed})
+
+
+def _identity(request: ControlRequest, store: MetadataStore) -> Answer:
+    document = _json_body(request)
+    if not isinstance(document, dict):
+        raise ValueError('identity takes a JSON object: {"node": "my-slice", "worker": 3, "hosts": 4}')
+    identity = identity_from_fields(document)
+    changed = store.set_identity(identity)
+    return _reply(200, {"identity": identity.values(), "changed": changed})
 
 
 def _faults(request: ControlRequest, faults: FaultBook) -> Answer:

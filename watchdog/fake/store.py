@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from watchdog.fake.identity import TpuIdentity
+
 # A value as a user sets it: plain text, or a JSON document (dict/list) such as upcoming-maintenance.
 MetadataValue = str | dict[str, Any] | list[Any]
 
@@ -31,18 +33,14 @@ class Value:
     status: int = 200
 
 
+# A one-host v4-8 slice: every identity key of a real TPU VM, consistent (fake/identity.py).
+DEFAULT_IDENTITY = TpuIdentity(instance_id="4520031799277581759", instance_name="t1v-n-fake-w-0")
 DEFAULTS: Mapping[str, Value] = {
-    "instance/id": Value("4520031799277581759"),
-    "instance/name": Value("t1v-n-fake-w-0"),
-    "instance/hostname": Value("t1v-n-fake-w-0.us-central2-b.c.fake-project.internal"),
-    "instance/zone": Value("projects/123456789012/zones/us-central2-b"),
+    **{path: Value(text) for path, text in DEFAULT_IDENTITY.values().items()},
     "instance/machine-type": Value("projects/123456789012/machineTypes/ct4p-hightpu-4t"),
     "instance/maintenance-event": Value("NONE"),
     "instance/preempted": Value("FALSE"),
     "instance/upcoming-maintenance": Value(NO_NOTIFICATIONS, status=503),
-    "instance/attributes/accelerator-type": Value("v4-8"),
-    "instance/attributes/worker-id": Value("0"),
-    "instance/attributes/agent-worker-number": Value("0"),
     "instance/scheduling/on-host-maintenance": Value("TERMINATE"),
     "instance/scheduling/preemptible": Value("FALSE"),
     "instance/scheduling/automatic-restart": Value("TRUE"),
@@ -144,6 +142,10 @@ class MetadataStore:
                 if "/".join(parts[:i]) in self._values:
                     raise ValueError(f"{'/'.join(parts[:i])!r} is a value, it cannot have child keys")
             return self._replace({key: Value(content, status)}, ())
+
+    def set_identity(self, identity: TpuIdentity) -> list[str]:
+        """Every key of a TPU VM's identity, consistent (fake/identity.py); the paths that changed."""
+        return [path for path, text in identity.values().items() if self.set(path, text)]
 
     def reset(self, path: str | None = None) -> bool:
         """Back to the defaults: everything, or one key (or directory subtree). A key with no default is

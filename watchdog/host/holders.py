@@ -288,7 +288,7 @@ class HolderScanner:
         cmdline = procfs.cmdline(pid)
         if st.is_kernel_thread or (not cmdline and st.ppid == KTHREADD_PID) or st.is_zombie:
             return None
-        uid = procfs.real_uid(pid)
+        uid, sigterm = procfs.status(pid)
         if uid in self.excludes.uids or st.name in self.excludes.names:
             return None
         if cmdline and os.path.basename(cmdline[0]) in self.excludes.names:
@@ -302,6 +302,7 @@ class HolderScanner:
             devices=tuple(sorted(set(held))),
             cgroup=procfs.cgroup(pid),
             ppid=st.ppid,
+            sigterm=sigterm,
         )
 
 

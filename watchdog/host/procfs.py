@@ -1,4 +1,4 @@
-"""Reading /proc under an injectable root: stat, status, cmdline, cgroup and fd links.
+"""Reading /proc under an injectable root: stat, status (uid, SIGTERM disposition), cmdline, cgroup, fd links.
 
 The parsers are pure functions over the file contents, so tests feed them odd names and malformed lines;
 `Procfs` is the thin edge that reads the files for the scan, `read_stat` the one read before a signal.
@@ -13,6 +13,8 @@ import errno
 import os
 from dataclasses import dataclass
 from functools import partial
+
+from watchdog.core.vocabulary import SigtermDisposition
 
 PROC = "/proc"
 # Task flags (include/linux/sched.h), field 9 of /proc/PID/stat.
@@ -120,6 +122,30 @@ def parse_real_uid(status_text: str) -> int:
     raise ValueError("no valid 'Uid:' line in /proc status")
 
 
+_SIGTERM_BIT = 1 << (15 - 1)  # signal N is bit N-1 of the SigCgt/SigIgn masks; SIGTERM is 15 on Linux
+
+
+def parse_sigterm(status_text: str) -> SigtermDisposition | None:
+    """What SIGTERM does to the process now, from the hex masks of /proc/PID/status: `SigIgn` set is
+    ignored, `SigCgt` set is caught (a handler), neither is the default action (death). None when either
+    line is missing or not hex: the masks are per process (shared by its threads), so one read tells."""
+    masks: dict[str, int] = {}
+    for line in status_text.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("SigIgn", "SigCgt"):
+            try:
+                masks[name] = int(value.strip(), 16)
+            except ValueError:
+                return None
+    if len(masks) != 2:
+        return None
+    if masks["SigIgn"] & _SIGTERM_BIT:
+        return SigtermDisposition.IGNORED
+    if masks["SigCgt"] & _SIGTERM_BIT:
+        return SigtermDisposition.CAUGHT
+    return SigtermDisposition.DEFAULT
+
+
 def parse_cmdline(raw: bytes) -> tuple[str, ...]:
     """/proc/PID/cmdline: arguments separated (and ended) by NUL. Empty for kernel threads and zombies."""
     if not raw:
@@ -187,8 +213,13 @@ class Procfs:
             raise ProcessUnreadableError(f"pid {pid}: {exc}") from None
 
     def real_uid(self, pid: int) -> int:
+        return self.status(pid)[0]
+
+    def status(self, pid: int) -> tuple[int, SigtermDisposition | None]:
+        """The real uid and the SIGTERM disposition, from one read of /proc/PID/status."""
+        text = self._read(pid, "status").decode("utf-8", errors="replace")
         try:
-            return parse_real_uid(self._read(pid, "status").decode("utf-8", errors="replace"))
+            return parse_real_uid(text), parse_sigterm(text)
         except ValueError as exc:
             raise ProcessUnreadableError(f"pid {pid}: {exc}") from None
 

@@ -288,27 +288,3 @@ class MetadataTransport:
             return MetadataResponse(status=status, body=body, etag=response.headers.get("ETag"))
         snippet = body[:200].strip()
         raise MetadataError(kind_for_status(status), path, f"HTTP {status}: {snippet!r}", status)
-
-
-HOST_INFO_PATHS = {
-    "instance_id": "instance/id",
-    "zone": "instance/zone",
-    "accelerator_type": "instance/attributes/accelerator-type",
-    "worker_id": "instance/attributes/worker-id",
-}
-
-
-def read_host_info(transport: MetadataTransport) -> dict[str, str]:
-    """Instance id, zone (last path segment), accelerator type, worker id; "" for any that can't be read."""
-    info: dict[str, str] = {}
-    for name, path in HOST_INFO_PATHS.items():
-        try:
-            value = transport.get(path, read_timeout=CONNECT_TIMEOUT_SEC).body.strip()
-        except MetadataError as exc:
-            if exc.kind is not ErrorKind.HTTP_404:
-                log.warning("host info %s unavailable: %s", name, exc)
-            value = ""
-        if name == "zone":
-            value = value.rsplit("/", 1)[-1]
-        info[name] = value if value.isprintable() and len(value) <= 256 else ""
-    return info

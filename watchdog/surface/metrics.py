@@ -7,14 +7,16 @@ signal, an outcome, an endpoint and an error kind. Never a PID or an event id: t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.process_collector import ProcessCollector
 
 from watchdog import __version__
+from watchdog.core.identity import LABELS as HOST_LABELS
 from watchdog.core.metadata_values import MaintenanceKind
-from watchdog.core.vocabulary import FINISHED_OUTCOMES, WATCHED_KEYS, DaemonState
+from watchdog.core.process import Holder
+from watchdog.core.vocabulary import FINISHED_OUTCOMES, WATCHED_KEYS, DaemonState, SigtermDisposition
 
 # The label values, from the enums and keys they show (tests/surface/test_metrics.py holds them to it).
 STATES = tuple(state.value for state in DaemonState)
@@ -22,6 +24,7 @@ MAINTENANCE_VALUES = tuple(kind.value for kind in MaintenanceKind)
 SIGNALS = ("SIGTERM", "SIGKILL")
 OUTCOMES = tuple(outcome.value for outcome in FINISHED_OUTCOMES)
 ENDPOINTS = tuple(key.source for key in WATCHED_KEYS)
+DISPOSITIONS = tuple(disposition.value for disposition in SigtermDisposition)
 # Buckets reach past the 300 s maintenance grace, so a drain that needed SIGKILL shows in its own bucket.
 DRAIN_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 240, 300, 310, 330, 360, 600)
 
@@ -53,6 +56,13 @@ class Metrics:
         )
         self.device_holders = Gauge(
             "tpu_watchdog_device_holders", "Processes holding a TPU device file at the last scan.", registry=r
+        )
+        self.holders_by_sigterm = Gauge(
+            "tpu_watchdog_device_holders_by_sigterm",
+            "TPU holders at the last scan by what SIGTERM does to them now: caught (a handler runs), "
+            "ignored (runs on until SIGKILL), default (dies at once, saving nothing).",
+            ["disposition"],
+            registry=r,
         )
         self.signals_sent = Counter(
             "tpu_watchdog_signals_sent", "Signals sent to TPU holders.", ["signal"], registry=r
@@ -89,11 +99,12 @@ class Metrics:
         self.build_info = Gauge("tpu_watchdog_build_info", "Always 1; the version.", ["version"], registry=r)
         self.host_info = Gauge(
             "tpu_watchdog_host_info",
-            "Always 1; which host this is, to group hosts by slice on a fleet dashboard.",
-            ["instance_id", "accelerator_type", "worker_id", "zone"],
+            "Always 1; which host this is (its TPU node, its place in it, its Multislice job), to group "
+            "hosts by slice and job on a fleet dashboard; empty labels are unknown.",
+            list(HOST_LABELS),
             registry=r,
         )
-        self._host_info_labels: tuple[str, str, str, str] | None = None
+        self._host_info_labels: tuple[str, ...] | None = None
         self._zero_initialise(error_kinds)
 
     def _zero_initialise(self, error_kinds: Iterable[str]) -> None:
@@ -106,6 +117,7 @@ class Metrics:
         for endpoint in ENDPOINTS:
             for kind in error_kinds:
                 self.metadata_errors.labels(endpoint, kind)
+        self.set_holders(())
         self.set_window(None, None)
         self.drain_deadline.set(math.nan)
         self.build_info.labels(__version__).set(1)
@@ -115,6 +127,13 @@ class Metrics:
     def set_state(self, state: str) -> None:
         for name in STATES:
             self.state.labels(name).set(1 if name == state else 0)
+
+    def set_holders(self, holders: Sequence[Holder]) -> None:
+        """The holders gauges of one scan; a holder whose disposition /proc did not tell counts in none."""
+        self.device_holders.set(len(holders))
+        for disposition in SigtermDisposition:
+            count = sum(1 for h in holders if h.sigterm is disposition)
+            self.holders_by_sigterm.labels(disposition.value).set(count)
 
     def set_maintenance_event(self, value: str) -> None:
         shown = value if value in MAINTENANCE_VALUES else MaintenanceKind.UNKNOWN.value
@@ -129,12 +148,7 @@ class Metrics:
         self.drain_deadline.set(math.nan if deadline is None else deadline)
 
     def set_host_info(self, info: dict[str, str]) -> None:
-        labels = (
-            info.get("instance_id", ""),
-            info.get("accelerator_type", ""),
-            info.get("worker_id", ""),
-            info.get("zone", ""),
-        )
+        labels = tuple(info.get(name, "") for name in HOST_LABELS)
         # Replaced, not accumulated. Not Gauge.clear(): prometheus-client 0.9 (Ubuntu 22.04's
         # python3-prometheus-client, which the .deb uses) has no clear(); remove() exists in every version.
         if self._host_info_labels is not None and self._host_info_labels != labels:

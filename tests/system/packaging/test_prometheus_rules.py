@@ -23,6 +23,7 @@ ALERTS = (
     "TPUMaintenancePending",
     "TPUDrainTimedOut",
     "TPUPreempted",
+    "TPUHolderWillLoseProgress",
 )
 
 needs_promtool = pytest.mark.skipif(
@@ -42,7 +43,7 @@ def test_promtool_check_rules_is_clean() -> None:
     checked = promtool("check", "rules", str(RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stderr == "", checked.stderr
-    assert "SUCCESS: 12 rules found" in checked.stdout, checked.stdout
+    assert "SUCCESS: 16 rules found" in checked.stdout, checked.stdout
 
 
 @needs_promtool
