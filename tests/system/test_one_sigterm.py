@@ -19,7 +19,7 @@ from tests.support.waiting import wait_for
 from tests.support.workloads import Child, Workloads
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.fake.server import FakeMetadataServer
+from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.store.statefile import StateStore
 
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
@@ -139,6 +139,22 @@ def test_a_restart_with_the_event_still_on_signals_the_newcomer_once_it_is_confi
         record = harness.daemon.view.record
         assert record is not None
         assert record.processes[newcomer.identity].late_arrival
+
+
+def test_a_newcomer_held_back_after_a_restart_is_signalled_on_the_confirming_answer_not_a_scan_later(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The late-arrival watch scans every RESCAN_INTERVAL; the answer that confirms the event on file starts
+    a scan at once. Here the interval is 60 s, so only that makes the SIGTERM come within the wait."""
+    monkeypatch.setattr("watchdog.daemon.loop.RESCAN_INTERVAL", 60.0)
+    crashed_mid_event(state_dir, time.time() + 30.0, drained=True)
+    newcomer = workloads.start("report")
+    fake.set(MAINTENANCE, TERMINATE)
+    fake.add_fault(Fault(kind="reset", count=3, path=MAINTENANCE))  # the confirming answer comes later
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        wait_for(lambda: harness.daemon.view.holders, what="the first scan, the newcomer held back")
+        newcomer.expect("term", timeout=15)
+        assert harness.daemon.lifecycle.events["maintenance-event"].confirmed
 
 
 def test_with_the_metadata_server_unreachable_a_restart_carries_on_until_the_deadline(

@@ -187,7 +187,11 @@ class Daemon:
     def _value_changed(self, message: ValueChanged) -> None:
         self.reporter.metadata_value(message.key, message.value)
         verdict = trigger(message.value, self.policy, self.clock.wall())
+        restored = self.lifecycle.events.get(source_of(message.key))
+        unconfirmed = restored is not None and not restored.confirmed
         self._apply(self.lifecycle.observe(source_of(message.key), verdict, self._wall()))
+        if unconfirmed and restored is not None and restored.confirmed:
+            self._next_scan = 0.0  # newcomers held back until this answer are owed their SIGTERM now
 
     def _timers(self, now: float) -> None:
         # Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time.
