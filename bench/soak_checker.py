@@ -296,8 +296,10 @@ class _Checker:
         if holder.opened is not None and holder.opened > deadline - REACT:
             self.verdict.counts["late_kills_untimed"] += 1
             return
-        if sender is not None and restored(sender, sender.started) and not self.kept_kill(
-            holder, episode, sender, died
+        if (
+            sender is not None
+            and restored(sender, sender.started)
+            and not self.kept_kill(holder, episode, sender, died)
         ):
             # New to a restarted daemon: held back until an answer confirms the event on file.
             due = max(due, confirmed(sender))
