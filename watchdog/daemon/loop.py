@@ -101,6 +101,7 @@ class Daemon:
             done=lambda record: self.inbox.put(DrainDone(record)), published=self.view.drain_update,
             persistence_changed=self.reporter.persistence,
         )  # fmt: skip
+        self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan of the loop
         self._answered: set[str] = set()
         self._ready_sent = False
         self._next_ping = 0.0
