@@ -1,10 +1,13 @@
 """Months of uptime in an hour: is the daemon's RSS, thread count and fd count flat under steady faults?
 
-A real `tpu-watchdog run` against a `tpu-watchdog fake-metadata`, both subprocesses. Every FAULT_EVERY s one
-metadata request gets a fault (503, a reset, a 2 s delay or a body trickling out past the read timeout, in
-turn); every DRAIN_EVERY s a holder opens the device, TERMINATE_ON_HOST_MAINTENANCE is set, the holder's
-SIGTERM is awaited, the event is cleared and the daemon is back to idle. Every SAMPLE_EVERY s: VmRSS, threads
-and open fds of the daemon. Goal: each flat within 1 MiB (threads, fds: unchanged) from minute 5 to the end.
+A real `tpu-watchdog run` against a `tpu-watchdog fake-metadata`, both subprocesses. Every FAULT_EVERY s: the
+upcoming-maintenance notice changes (its window start, weeks ahead: nothing to drain for), so that watch's
+hanging GET is answered and asked again every time; and, unless the last one still waits for a request to
+take it, a fault for the preempted watch's next request (503, a reset, a 2 s delay, a trickling body, in
+turn), so that watch fails and retries. Every DRAIN_EVERY s a holder opens the device,
+TERMINATE_ON_HOST_MAINTENANCE is set (its watch is left alone, so each drain happens), the holder's SIGTERM is
+awaited, the event is cleared and the daemon is back to idle. Every SAMPLE_EVERY s: VmRSS, threads and open
+fds of the daemon. Goal: RSS within 1 MiB, threads and fds unchanged, from minute 5 to the end.
 STEADY_MINUTES (default 11) sets the length; the one-hour run is `STEADY_MINUTES=60`. The device node has
 a number nothing else holds, so the daemon can only ever signal the benchmark's own holder.
 """
@@ -32,6 +35,7 @@ SAMPLE_EVERY = 10.0
 FROM_MINUTE = 5.0
 GOAL_MIB = 1.0
 RDEV = (4000, 161)  # a character device number nothing holds (far above any registered driver)
+WINDOWS = ("2031-01-06T00:00:00Z", "2031-01-07T00:00:00Z")  # the notice's window start, in turn
 FAULTS = (
     {"kind": "status", "status": 503},
     {"kind": "reset"},
@@ -89,12 +93,12 @@ def steady(minutes: float) -> dict[str, object]:
         listen = f"127.0.0.1:{_free_port()}"
         daemon = None
         samples: list[tuple[float, int, int, int]] = []
-        drains = faults = 0
+        drains = faults = changes = 0
         try:
             daemon = subprocess.Popen(
                 [sys.executable, "-m", "watchdog", "run", "--config", str(work / "empty.toml"),
                  "--metadata-host", fake, "--device", str(device), "--state-dir", str(work / "state"),
-                 "--listen", listen, "--log-level", "error"],
+                 "--listen", listen, "--log-level", "info"],
                 stdout=logs[1], stderr=subprocess.STDOUT, cwd=REPO, env=env,
             )  # fmt: skip
             _wait(lambda: b'"state": "idle"' in _get(f"http://{listen}/status"), 30, "the daemon's /status")
@@ -106,13 +110,26 @@ def steady(minutes: float) -> dict[str, object]:
                     samples.append(((now - began) / 60, *sample(daemon.pid)))
                     next_sample += SAMPLE_EVERY
                 if now >= next_drain:
-                    drain_once(fake, listen, device)
+                    try:
+                        drain_once(fake, listen, device)
+                    except (AssertionError, OSError, subprocess.TimeoutExpired) as exc:
+                        status = _get(f"http://{listen}/status").decode(errors="replace")
+                        tail = (work / "daemon.log").read_text()[-3000:]
+                        raise RuntimeError(
+                            f"drain {drains + 1} failed: {exc}\n/status: {status}\n{tail}"
+                        ) from exc
                     drains += 1
                     next_drain += DRAIN_EVERY
                 if now >= next_fault:
-                    fault = FAULTS[faults % len(FAULTS)]
-                    _send(f"http://{fake}/_fake/faults", json.dumps(fault).encode(), "POST")
-                    faults += 1
+                    notice = {"maintenance_status": "PENDING", "type": "SCHEDULED",
+                              "window_start_time": WINDOWS[changes % 2]}  # fmt: skip
+                    upcoming = f"http://{fake}/_fake/v1/instance/upcoming-maintenance"
+                    _send(upcoming, json.dumps(notice).encode(), "PUT")
+                    changes += 1
+                    if not json.loads(_get(f"http://{fake}/_fake/faults")):  # the last one was used
+                        fault = {**FAULTS[faults % len(FAULTS)], "path": "instance/preempted"}
+                        _send(f"http://{fake}/_fake/faults", json.dumps(fault).encode(), "POST")
+                        faults += 1
                     next_fault += FAULT_EVERY
                 time.sleep(max(0.0, min(next_fault, next_drain, next_sample, end) - time.monotonic()))
             samples.append(((time.monotonic() - began) / 60, *sample(daemon.pid)))
@@ -124,7 +141,7 @@ def steady(minutes: float) -> dict[str, object]:
             _stop(fake_proc)
             for log in logs:
                 log.close()
-    return {"minutes": minutes, "samples": samples, "drains": drains, "faults": faults}
+    return {"minutes": minutes, "samples": samples, "drains": drains, "faults": faults, "changes": changes}
 
 
 def table(result: dict[str, object]) -> tuple[str, bool]:
@@ -137,7 +154,8 @@ def table(result: dict[str, object]) -> tuple[str, bool]:
     flat = rss_ok and max(threads) == min(threads) and max(fds) == min(fds)
     rss0, top = samples[0][1] / 1024, max(s[1] for s in samples) / 1024
     rows = [
-        ("run", f"{result['minutes']:.0f} min, {result['drains']} drains, {result['faults']} faults"),
+        ("run", f"{result['minutes']:.0f} min, {result['drains']} drains, {result['faults']} faults, "
+         f"{result['changes']} notice changes"),
         ("RSS at minute 0 / max overall, MiB", f"{rss0:.2f} / {top:.2f}"),
         (f"RSS minute {first[0]:.1f} -> {last[0]:.1f}, MiB", f"{rss[0]:.2f} -> {rss[-1]:.2f} "
          f"(min {min(rss):.2f}, max {max(rss):.2f}, spread {max(rss) - min(rss):.2f})"),
@@ -162,7 +180,8 @@ def run() -> str:
     body, flat = table(result)
     section = (
         f"### Steadiness, {minutes:.0f} minutes\n\n`STEADY_MINUTES={minutes:.0f} .venv/bin/python -m bench "
-        f"steady`: a fault every {FAULT_EVERY:.0f} s (503, reset, delay, trickle in turn), a drain every "
+        f"steady`: every {FAULT_EVERY:.0f} s a changed upcoming-maintenance notice and (once the last was "
+        "taken) a fault for the preempted watch (503, reset, delay, trickle in turn); a drain every "
         f"{DRAIN_EVERY:.0f} s; load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.\n\n"
         f"{body}"
     )
