@@ -263,7 +263,8 @@ def run() -> str:
     except PermissionError:
         sys.stderr.write("bench idle: mknod not permitted (needs root): device-present scenario skipped\n")
     rows = "\n".join(_row(f) for f in results)
-    from watchdog.daemon.loop import HOLDER_REFRESH, LOOP_TICK
+    from watchdog.daemon.index import HOLDER_REFRESH
+    from watchdog.daemon.loop import LOOP_TICK
 
     scan_cpu, processes, fds = scan_cost()
     last = results[-1]

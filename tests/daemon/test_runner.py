@@ -109,7 +109,8 @@ def test_indexed_holders_are_signalled_before_the_full_scan_and_newcomers_after_
     scanner = GatedScanner(workloads)
     runner.scanner = scanner
     runner.indexed = lambda: index
-    runner.start(order(30.0))
+    todo = order(30.0)
+    runner.start(dataclasses.replace(todo, first_wave=runner.first_wave(todo.deadline)))  # as the loop does
     runner.persisted.set()  # the loop's state write, done
     assert indexed.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
     assert newcomer.alive()
@@ -132,7 +133,9 @@ def test_an_indexed_process_that_let_go_of_the_device_is_not_signalled(
     released.expect("released")
     runner, done = runner_for(workloads, state_dir)
     runner.indexed = lambda: index
-    runner.start(order(30.0))
+    todo = order(30.0)
+    assert runner.first_wave(todo.deadline) == ()  # re-checked: it holds nothing now
+    runner.start(todo)
     runner.persisted.set()  # the loop's state write, done
     record = done.get(timeout=30)
     assert record is not None

@@ -5,8 +5,9 @@ the drain's `DrainListener`: each wave of signals is written ahead to the state 
 state is on disk, and each signal is logged with the process, the drain and the events it serves.
 
 A drain starts from the warm holder index (`indexed`: the holders of the loop's last scan, refreshed while
-idle): each is re-checked from its own /proc entries (same process, still holding a device) and signalled at
-once, so the first SIGTERM does not wait for a scan of every fd on the host; the full scan follows straight
+idle): each is re-checked from its own /proc entries (same process, still holding a device) by the loop
+(`first_wave`), which writes their intents with the drain's own state, and signalled at once, so the first
+SIGTERM waits for neither a scan of every fd on the host nor a second write; the full scan follows straight
 away and its newcomers are signalled as before. With nothing indexed, the drain starts from a full scan.
 """
 
@@ -46,6 +47,7 @@ class DrainOrder:
     event_ids: tuple[str, ...]
     late: bool
     already_signalled: Mapping[ProcessIdentity, Collection[int]]
+    first_wave: tuple[Holder, ...] = ()  # from the warm index, re-checked (`first_wave`): signalled at once
 
 
 class DrainRunner(DrainListener):
@@ -103,9 +105,7 @@ class DrainRunner(DrainListener):
     def _run(self, order: DrainOrder) -> None:
         record: DrainRecord | None = None
         try:
-            holders = self._from_index(order)
-            from_index = bool(holders)
-            holders = holders or self._first_scan()
+            holders = order.first_wave or self._first_scan()
             log.warning(
                 "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
                 len(holders), order.cause, order.wall_deadline - self.clock.wall(), self.config.on_timeout,
@@ -119,7 +119,7 @@ class DrainRunner(DrainListener):
                 already_signalled=order.already_signalled,
                 rescan_interval=RESCAN_INTERVAL,
                 late=order.late,
-                scan_first=from_index,
+                scan_first=bool(order.first_wave),
             )
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
@@ -130,13 +130,13 @@ class DrainRunner(DrainListener):
         finally:
             self._done(record)
 
-    def _from_index(self, order: DrainOrder) -> tuple[Holder, ...]:
-        """The indexed holders still holding a device, re-checked; () when there are none, the scanner cannot
-        re-check (a test's), or the deadline has passed (then the full scan decides who is killed)."""
-        recheck: Callable[[Sequence[Holder]], Sequence[Holder]] | None = getattr(
-            self.scanner, "recheck", None
-        )
-        if recheck is None or order.deadline <= self.clock.monotonic():
+    def first_wave(self, deadline: float) -> tuple[Holder, ...]:
+        """The indexed holders still holding a device, re-checked (a few reads each, in the caller's
+        thread); () when there are none, the scanner cannot re-check (a test's), or the deadline (monotonic)
+        has passed: then the full scan decides who is killed."""
+        recheck: Callable[[Sequence[Holder]], Sequence[Holder]] | None
+        recheck = getattr(self.scanner, "recheck", None)
+        if recheck is None or deadline <= self.clock.monotonic():
             return ()
         try:
             indexed = self.indexed()
