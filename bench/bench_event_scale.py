@@ -6,7 +6,8 @@ take turns, ROUNDS each, interleaved: BEFORE (a checkout of main: `EVENT_SCALE_B
 /work/main) and AFTER (this tree). For each of EVENTS events: a holder that has held the device since before
 the daemon's last scan (the warm index has it) and a newcomer forked just before the event (only the full
 scan finds it); PUT of TERMINATE_ON_HOST_MAINTENANCE on the fake at t0, and each one's SIGTERM handler
-writes its CLOCK_MONOTONIC time to a pipe; then NONE, and the daemon back to idle with the newcomer gone.
+writes its CLOCK_MONOTONIC time to a pipe; then NONE, the daemon back to idle with the newcomer gone, and
+its CPU time still for 0.3 s (the scan after a drain is over: on a real host the next event comes long after).
 Both must be signalled every time: a missed one fails the benchmark.
 """
 
@@ -106,6 +107,20 @@ def fds_of_others():
                 pass
     return total
 
+def cpu_ticks(pid):
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+def settled(pid):
+    # Its CPU time unchanged for 0.3 s: the scan that follows a drain is over, as it would be long before
+    # the next event on a real host (events are rare; an idle refresh comes once a minute).
+    last, same, deadline = cpu_ticks(pid), 0, time.monotonic() + 60
+    while same < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = cpu_ticks(pid)
+        same, last = (same + 1 if now == last else 0), now
+
 results = []
 with FakeMetadataServer(listen="127.0.0.1:0") as fake:
     control = f"http://{fake.address}/_fake/v1/{KEY}"
@@ -133,6 +148,7 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
                                  and [h["pid"] for h in status(port)["holders"]] == [kept])
                 answered = lambda: all(m["value"] is not None for m in status(port)["metadata"].values())
                 wait(lambda: ready() and answered())
+                settled(daemon.pid)
                 got = row["trees"].setdefault(name, {"indexed": [], "newcomer": []})
                 for _ in range(events):
                     newcomer = holder(exit_on_term=True)
@@ -144,6 +160,7 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
                     put("NONE")
                     os.waitpid(newcomer, 0)
                     wait(ready)
+                    settled(daemon.pid)
                 daemon.terminate()
                 daemon.wait(timeout=20)
         results.append(row)
