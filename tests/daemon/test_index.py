@@ -24,8 +24,9 @@ class CountingScanner(OwnScanner):
         self.fail = False
 
     def scan(self) -> ScanResult:
+        failing = self.fail  # decided before the count a test waits on
         self.scans += 1
-        if self.fail:
+        if failing:
             raise OSError("a passing /proc error")
         return super().scan()
 
