@@ -310,18 +310,10 @@ class Daemon:
         first = self.runner.first_wave(self._to_mono(deadline))
         if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
             self._intents = [(h.identity, "SIGTERM", h.name) for h in first if h.identity not in already]
-        self.runner.start(
-            DrainOrder(
-                cause,
-                self._to_mono(deadline),
-                deadline,
-                active.drain_id if active else "",
-                tuple(active.event_ids) if active else (),
-                bool(active and active.late),
-                already,
-                first,
-            )
-        )
+        self.runner.start(DrainOrder(
+            cause, self._to_mono(deadline), deadline, active.drain_id if active else "",
+            tuple(active.event_ids) if active else (), bool(active and active.late), already, first,
+        ))  # fmt: skip
 
     def _drain_done(self, record: DrainRecord | None) -> None:
         self.runner.finished()
