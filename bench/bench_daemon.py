@@ -25,6 +25,8 @@ DRIVER = r"""
 import json, os, random, select, signal, socket, stat, subprocess, sys, time, urllib.request
 from pathlib import Path
 from watchdog.fake.server import FakeMetadataServer
+from bench import driver
+import functools
 
 tmp, events, others = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 device = tmp / "accel0"
@@ -82,24 +84,8 @@ results = {}
 with FakeMetadataServer(listen="127.0.0.1:0") as fake:
     control = f"http://{fake.address}/_fake/v1/{KEY}"
 
-    def put(value):
-        request = urllib.request.Request(control, data=value.encode(), method="PUT")
-        urllib.request.urlopen(request, timeout=5).read()
-
-    def status(port):
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as answer:
-            return json.loads(answer.read())
-
-    def wait(condition, timeout=30):
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if condition():
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("waited too long")
+    put = functools.partial(driver.put, control)
+    status, wait = driver.status, driver.wait
             time.sleep(0.02)
 
     # The daemon: hanging GETs (timeout_sec 60, as in production).

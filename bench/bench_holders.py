@@ -29,9 +29,9 @@ PARENTS = 100
 CHILDREN_PER_PARENT = 15
 DEVICE_HOLDERS = 4
 ROUNDS = 9
-GOAL_VS_LSOF = 5.0
-GOAL_VS_FUSER = 2.0
-GOAL_SCAN_MS = 150.0
+GOAL_VS_LSOF = 0.12  # `holders` wall time at most this fraction of lsof's (issue 16)
+GOAL_VS_FUSER = 0.30
+GOAL_SCAN_MS = 120.0
 DEVICE_RDEV = os.makedev(1, 8)  # /dev/random's driver: opens anywhere, held by nothing else here
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,7 +104,9 @@ def _pids_in(text: bytes) -> set[int]:
     return {int(word) for word in text.decode().replace(":", " ").split() if word.isdigit()}
 
 
-def _measure(work_dir: Path, holder_pids: set[int]) -> dict[str, list[Sample]]:
+def _measure(work_dir: Path, holder_pids: set[int], ours: frozenset[int]) -> dict[str, list[Sample]]:
+    """Interleaved rounds. Only the benchmark's own processes (`ours`) are compared: on a shared machine a
+    stranger may hold /dev/random's numbers too, and every tool rightly finds it."""
     from watchdog.host.holders import HolderScanner
 
     nodes = sorted(str(p) for p in work_dir.glob("accel*"))
@@ -134,12 +136,12 @@ def _measure(work_dir: Path, holder_pids: set[int]) -> dict[str, list[Sample]]:
         for name, argv in commands.items():
             sample, out = timed(argv)
             samples[name].append(sample)
-            found_by_tool = checks[name](out) if name in checks else holder_pids
+            found_by_tool = (checks[name](out) if name in checks else holder_pids) & ours
             if found_by_tool != holder_pids:
                 raise RuntimeError(f"{name} found {sorted(found_by_tool)}, expected {sorted(holder_pids)}")
         for name, scanner in scanners.items():
             start, cpu_start = time.perf_counter(), time.process_time()
-            found = {h.pid for h in scanner.scan().holders}
+            found = {h.pid for h in scanner.scan().holders} & ours
             samples[name].append((time.perf_counter() - start, time.process_time() - cpu_start))
             assert found == holder_pids, (found, holder_pids)
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -211,6 +213,7 @@ class BusyHost:
     work_dir: Path
     holder_pids: set[int]
     processes: int  # started here, holders included
+    pids: frozenset[int]  # all of them
     fds: int  # open in those processes
 
 
@@ -252,7 +255,7 @@ def busy_host() -> Iterator[BusyHost]:
         fds = _count_fds(all_pids)
         setup_s = time.monotonic() - started
         sys.stderr.write(f"{len(all_pids)} processes, {fds} fds, ready in {setup_s:.1f} s; measuring\n")
-        yield BusyHost(work_dir, {p.pid for p in holders}, len(all_pids), fds)
+        yield BusyHost(work_dir, {p.pid for p in holders}, len(all_pids), frozenset(all_pids), fds)
     finally:
         if control_read >= 0:
             os.close(control_read)
@@ -268,7 +271,7 @@ def run() -> str:
     if shutil.which("lsof") is None or shutil.which("fuser") is None:
         return "## holders\n\nSkipped: `lsof` and `fuser` (apt packages lsof, psmisc) are needed.\n"
     with busy_host() as host:
-        samples = _measure(host.work_dir, host.holder_pids)
+        samples = _measure(host.work_dir, host.holder_pids, host.pids)
         host_procs = host_processes()
     return _report(samples, host.processes, host.fds, host_procs)
 
@@ -277,8 +280,8 @@ def _report(samples: dict[str, list[Sample]], procs: int, fds: int, host_procs: 
     wall = {name: statistics.median(w for w, _ in values) * 1000 for name, values in samples.items()}
     cpu = {name: statistics.median(c for _, c in values) * 1000 for name, values in samples.items()}
     ours = wall["tpu-watchdog holders"]
-    vs_lsof = wall["lsof -t"] / ours
-    vs_fuser = wall["fuser"] / ours
+    vs_lsof = ours / wall["lsof -t"]
+    vs_fuser = ours / wall["fuser"]
     scan = wall["scanner.scan() in-process, 1 worker"]
     load = os.getloadavg()
 
@@ -304,8 +307,8 @@ Run: `.venv/bin/python -m bench holders`.
 
 | goal | figure | verdict |
 | --- | --- | --- |
-| >= {GOAL_VS_LSOF:.0f}x faster than `lsof -t` | {vs_lsof:.1f}x | {verdict(vs_lsof >= GOAL_VS_LSOF)} |
-| >= {GOAL_VS_FUSER:.0f}x faster than `fuser` | {vs_fuser:.1f}x | {verdict(vs_fuser >= GOAL_VS_FUSER)} |
+| `holders` <= {GOAL_VS_LSOF:.2f}x `lsof -t` | {vs_lsof:.2f}x | {verdict(vs_lsof <= GOAL_VS_LSOF)} |
+| `holders` <= {GOAL_VS_FUSER:.2f}x `fuser` | {vs_fuser:.2f}x | {verdict(vs_fuser <= GOAL_VS_FUSER)} |
 | in-process `scanner.scan()` <= {GOAL_SCAN_MS:.0f} ms | {scan:.0f} ms | {verdict(scan <= GOAL_SCAN_MS)} |
 """
 

@@ -21,6 +21,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 IDLE_SECONDS = 60.0
 SETTLE_SECONDS = 5.0  # after the first answers: start-up imports and the host-info read are not idle cost
@@ -138,6 +139,24 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
             proc.wait()
 
 
+def start_fake(
+    work: Path, env: dict[str, str]
+) -> tuple[str, subprocess.Popen[bytes], tuple[IO[str], IO[str]]]:
+    """A `tpu-watchdog fake-metadata` on a free loopback port, answering; its log and the daemon's, open."""
+    fake = f"127.0.0.1:{_free_port()}"
+    logs = (work / "fake.log").open("w"), (work / "daemon.log").open("w")
+    fake_proc = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "fake-metadata", "--listen", fake],
+        stdout=logs[0], stderr=subprocess.STDOUT, cwd=REPO, env=env,
+    )  # fmt: skip
+    try:
+        _wait(lambda: metadata_requests(fake) >= 0, 20, "the fake metadata server")
+    except BaseException:
+        _stop(fake_proc)
+        raise
+    return fake, fake_proc, logs
+
+
 def measure(scenario: str, device_exists: bool, idle_seconds: float = IDLE_SECONDS) -> Footprint:
     """One idle daemon; `device_exists`: a real (unheld) device node matches the pattern, as on a TPU VM
     between jobs, so the periodic holders scan walks every process's fds; else the pattern matches nothing."""
@@ -147,16 +166,10 @@ def measure(scenario: str, device_exists: bool, idle_seconds: float = IDLE_SECON
         (work / "empty.toml").write_text("")
         if device_exists:
             os.mknod(work / "accel0", 0o600 | stat.S_IFCHR, os.makedev(*UNHELD_RDEV))
-        fake = f"127.0.0.1:{_free_port()}"
+        fake, fake_proc, logs = start_fake(work, env)
         listen = f"127.0.0.1:{_free_port()}"
-        logs = (work / "fake.log").open("w"), (work / "daemon.log").open("w")
-        fake_proc = subprocess.Popen(
-            [sys.executable, "-m", "watchdog", "fake-metadata", "--listen", fake],
-            stdout=logs[0], stderr=subprocess.STDOUT, cwd=REPO, env=env,
-        )  # fmt: skip
         daemon = None
         try:
-            _wait(lambda: metadata_requests(fake) >= 0, 20, "the fake metadata server")
             daemon = subprocess.Popen(
                 [sys.executable, "-m", "watchdog", "run", "--config", str(work / "empty.toml"),
                  "--metadata-host", fake, "--device", str(work / "accel*"),
@@ -250,7 +263,8 @@ def run() -> str:
     except PermissionError:
         sys.stderr.write("bench idle: mknod not permitted (needs root): device-present scenario skipped\n")
     rows = "\n".join(_row(f) for f in results)
-    from watchdog.daemon.loop import HOLDER_REFRESH, LOOP_TICK
+    from watchdog.daemon.index import HOLDER_REFRESH
+    from watchdog.daemon.loop import LOOP_TICK
 
     scan_cpu, processes, fds = scan_cost()
     last = results[-1]

@@ -14,6 +14,7 @@ from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
 from watchdog.core.drain_record import DrainRecord, Outcome
 from watchdog.daemon.runner import DrainOrder, DrainRunner
+from watchdog.host.holders import ScanResult
 from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
 
@@ -83,4 +84,61 @@ def test_a_resumed_drain_cancelled_before_its_deadline_signals_nobody(
     assert record is not None
     assert record.outcome is Outcome.CANCELLED
     assert stubborn.alive()
+    assert runner.store.state.signals == ()
+
+
+class GatedScanner(OwnScanner):
+    """The real scanner, whose full scan waits until the test opens the gate: a slow scan of a big host."""
+
+    def __init__(self, workloads: Workloads) -> None:
+        super().__init__(workloads)
+        self.gate = threading.Event()
+
+    def scan(self) -> ScanResult:
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().scan()
+
+
+def test_indexed_holders_are_signalled_before_the_full_scan_and_newcomers_after_it(
+    workloads: Workloads, state_dir: Path
+) -> None:
+    indexed = workloads.start("handled")
+    index = OwnScanner(workloads).scan().holders  # the loop's last scan: the warm index
+    newcomer = workloads.start("handled")  # opened the device after that scan
+    runner, done = runner_for(workloads, state_dir)
+    scanner = GatedScanner(workloads)
+    runner.scanner = scanner
+    runner.indexed = lambda: index
+    todo = order(30.0)
+    runner.start(dataclasses.replace(todo, first_wave=runner.first_wave(todo.deadline)))  # as the loop does
+    runner.persisted.set()  # the loop's state write, done
+    assert indexed.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
+    assert newcomer.alive()
+    assert [s.identity for s in runner.store.state.signals] == [indexed.identity]  # written ahead
+    scanner.gate.set()
+    assert newcomer.popen.wait(timeout=10) == 0
+    record = done.get(timeout=30)
+    assert record is not None
+    assert record.outcome is Outcome.EXITED
+    assert not record.processes[newcomer.identity].late_arrival
+    assert {s.identity for s in runner.store.state.signals} == {indexed.identity, newcomer.identity}
+
+
+def test_an_indexed_process_that_let_go_of_the_device_is_not_signalled(
+    workloads: Workloads, state_dir: Path
+) -> None:
+    released = workloads.start("release")
+    index = OwnScanner(workloads).scan().holders
+    released.popen.send_signal(signal.SIGTERM)  # closes the device, keeps running
+    released.expect("released")
+    runner, done = runner_for(workloads, state_dir)
+    runner.indexed = lambda: index
+    todo = order(30.0)
+    assert runner.first_wave(todo.deadline) == ()  # re-checked: it holds nothing now
+    runner.start(todo)
+    runner.persisted.set()  # the loop's state write, done
+    record = done.get(timeout=30)
+    assert record is not None
+    assert record.outcome is Outcome.NO_HOLDERS
+    assert released.alive()
     assert runner.store.state.signals == ()

@@ -125,6 +125,22 @@ def test_intent_is_recorded_once_per_event(tmp_path: Path) -> None:
     assert not s.already_signalled(TERM, signal.SIGTERM)
 
 
+def test_a_new_drains_first_wave_is_written_with_its_state_in_one_write(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    begin(s)
+    s.record_intent(OTHER, signal.SIGTERM, name="old")  # the previous drain's: a new drain starts afresh
+    writes: list[object] = []
+    real = s._write
+    s._write = lambda state: (writes.append(state), real(state))  # type: ignore[method-assign]
+    event = Event("ev-2", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 500.0, deadline=800.0)
+    s.save_lifecycle([event], ActiveDrain(["ev-2"], 500.0, 800.0), None, on_timeout="kill",
+                     intents=[(TERM, "SIGTERM", "trainer")])  # fmt: skip
+    s.record_intents([(TERM, signal.SIGTERM, "trainer")])  # the drain's own write-ahead: nothing new
+    assert len(writes) == 1
+    (intent,) = store(tmp_path).state.signals
+    assert (intent.identity, intent.signal, intent.name, intent.sent_at) == (TERM, "SIGTERM", "trainer", None)
+
+
 def test_clearing_every_event_leaves_an_empty_state(tmp_path: Path) -> None:
     s = store(tmp_path)
     begin(s, "preempted", "TRUE")

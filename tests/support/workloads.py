@@ -18,9 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from watchdog.core.process import ProcessIdentity
+from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.host.holders import HolderScanner, ScanResult
 from watchdog.host.procfs import Procfs, start_time
 
@@ -279,3 +280,8 @@ class OwnScanner:
         result = self.inner.scan()
         own = self.workloads.identities()
         return dataclasses.replace(result, holders=tuple(h for h in result.holders if h.identity in own))
+
+    def recheck(self, holders: Sequence[Holder]) -> list[Holder]:
+        """The real re-check of the warm index (the daemon's first wave), narrowed the same way."""
+        own = self.workloads.identities()
+        return [h for h in self.inner.recheck(holders) if h.identity in own]

@@ -13,6 +13,9 @@ their one SIGTERM when a scan finds them, and SIGKILL at the same deadline; one 
 SIGTERM and, on "kill", SIGKILL in the same wave (what still holds a device at the deadline is killed). The
 edge may hold newcomers back (`admit_new=False`: after a restart, until the metadata server confirms the event
 is still on): they are not signalled, and the drain waits for them while the deadline is ahead.
+
+Started from the warm holder index (`scan_first`): the indexed holders get their SIGTERM at once and a full
+scan follows straight away; until it has looked the drain is not over, and whom it finds are no late arrivals.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ __all__ = [
 ]
 
 
+FIRST_SCAN_RETRY = 0.2  # s between tries of the full scan that follows a start from the warm index
+
+
 class Phase(str, enum.Enum):
     WAITING = "waiting"
     KILLING = "killing"
@@ -78,6 +84,7 @@ class DrainCore:
         rescan_interval: float = 1.0,
         kill_wait: float = 10.0,
         late: bool = False,
+        scan_first: bool = False,
     ) -> None:
         if on_timeout not in ON_TIMEOUT:
             raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {on_timeout!r}")
@@ -101,6 +108,10 @@ class DrainCore:
         self._pending: dict[ProcessIdentity, None] = {}  # record.pending(), kept as it changes (500 holders)
         self._held_back: set[ProcessIdentity] = set()  # newcomers seen by the last scan and not admitted
         self._said_held_back = False
+        # The holders came from the warm index (signalled at once, re-checked): a full scan is due right after
+        # their SIGTERMs, and the drain cannot end before it has looked (its holders are not late arrivals).
+        self._awaiting_scan = scan_first
+        self._scan_tried = False
 
     @property
     def done(self) -> bool:
@@ -114,6 +125,8 @@ class DrainCore:
         """The first actions: SIGTERM every holder not already signalled (or, past the deadline, the kill).
         `admit_new=False`: only processes an earlier run signalled are taken on; the others wait."""
         now = self.record.started
+        if now >= self.record.deadline and self._awaiting_scan:
+            return []  # past the deadline the full scan decides it all (the kill included)
         if now >= self.record.deadline:
             return self.observe_scan(self._initial, running=(), now=now, admit_new=admit_new)
         actions: list[SendSignal] = []
@@ -126,7 +139,7 @@ class DrainCore:
             else:
                 self._held_back.add(holder.identity)
         self._note_held_back()
-        if not self._pending and not self._held_back:
+        if not self._pending and not self._held_back and not self._awaiting_scan:
             self._finish(Outcome.NO_HOLDERS, now)
         return actions
 
@@ -164,11 +177,15 @@ class DrainCore:
         """True when a rescan is due: every `rescan_interval`, and once at the deadline."""
         if self.phase is not Phase.WAITING:
             return False
+        if self._awaiting_scan:
+            return not self._scan_tried or now >= self._last_scan + FIRST_SCAN_RETRY
         return now >= self.record.deadline or now >= self._last_scan + self._rescan_interval
 
     def timeout(self, now: float) -> float:
         """Seconds until something is due (a scan, the deadline, the end of the kill wait)."""
-        if self.phase is Phase.WAITING:
+        if self.phase is Phase.WAITING and self._awaiting_scan:
+            due = self._last_scan + FIRST_SCAN_RETRY if self._scan_tried else now
+        elif self.phase is Phase.WAITING:
             due = min(self._last_scan + self._rescan_interval, self.record.deadline)
         elif self.phase is Phase.KILLING and self._kill_deadline is not None:
             due = self._kill_deadline
@@ -189,6 +206,10 @@ class DrainCore:
         if self.phase is not Phase.WAITING:
             return []
         self._last_scan = now
+        first = self._awaiting_scan
+        self._scan_tried = True
+        if holders is not None:
+            self._awaiting_scan = False  # looked at everything: newcomers from now on are late arrivals
         actions: list[SendSignal] = []
         seen = {h.identity for h in holders} if holders is not None else set()
         past_deadline = now >= self.record.deadline
@@ -200,7 +221,7 @@ class DrainCore:
                 if not admit_new and h.identity not in self._already:
                     self._held_back.add(h.identity)
                     continue
-                late = self.record.late or now > self.record.started
+                late = self.record.late or (now > self.record.started and not first)
                 action = self._track(h, now, late=late)
                 if action is not None:
                     actions.append(action)
@@ -217,6 +238,8 @@ class DrainCore:
             self._held_back.clear()  # the deadline passed unconfirmed: they are never signalled
         if past_deadline and self._pending:
             actions += self._deadline(seen if holders is not None else set(running), now)
+        if first and holders is not None and not self.record.processes and not self._held_back:
+            self._finish(Outcome.NO_HOLDERS, now)  # the indexed holders had gone, and nobody else holds one
         self._settle(now)
         return actions
 
@@ -293,7 +316,8 @@ class DrainCore:
     def _settle(self, now: float) -> None:
         if self.done:
             return
-        if not self._pending and not (self._held_back and self.phase is Phase.WAITING):
+        waiting = self.phase is Phase.WAITING
+        if not self._pending and not ((self._held_back or self._awaiting_scan) and waiting):
             self._finish(Outcome.EXITED if self.phase is Phase.WAITING else Outcome.TIMED_OUT, now)
         elif self.phase is Phase.KILLING and self._kill_deadline is not None and now >= self._kill_deadline:
             self.record.notes.append(f"{len(self._pending)} process(es) still running after SIGKILL")

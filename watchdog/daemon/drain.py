@@ -75,7 +75,8 @@ class DrainPlan:
     resuming a drain) or, without one, `grace` seconds from the start (default: the maintenance grace).
     `already_signalled` lists the signals an earlier run (or an earlier drain of the same event) sent:
     SIGTERM is never sent twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks).
-    `late`: a drain for late arrivals (see `watchdog.core.lifecycle`)."""
+    `late`: a drain for late arrivals (see `watchdog.core.lifecycle`). `scan_first`: `holders` came from the
+    warm index, re-checked: they are signalled at once, and a full scan follows straight away."""
 
     grace: float | None = None
     deadline: float | None = None
@@ -85,6 +86,7 @@ class DrainPlan:
     rescan_interval: float = 1.0
     kill_wait: float = 10.0
     late: bool = False
+    scan_first: bool = False
 
     def __post_init__(self) -> None:
         if self.grace is not None and self.deadline is not None:
@@ -158,6 +160,7 @@ def run_drain(
         rescan_interval=plan.rescan_interval,
         kill_wait=plan.kill_wait,
         late=plan.late,
+        scan_first=plan.scan_first,
     )
     loop = _Loop(core, scanner, signaller, exits, clock, listener)
     try:

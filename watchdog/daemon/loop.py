@@ -1,9 +1,9 @@
 """The daemon: the metadata watches feed one event loop; the loop owns the lifecycle and starts drains.
 
-Threads: one per watched key (hanging GETs), one for a running drain, the HTTP listener, hook runners. Only
-the loop thread changes the lifecycle; the others talk to it through `self.inbox`. One `stop` event ends
-everything: the loop saves the state and returns within about a second, a drain in progress returns
-"interrupted" and is resumed, with the same deadline, by the next start.
+Threads: one per watched key (hanging GETs), one for a running drain, the holder index, the HTTP listener,
+hook runners. Only the loop thread changes the lifecycle; the others talk to it through `self.inbox`. One
+`stop` event ends everything: the loop saves the state and returns within about a second, a drain in
+progress returns "interrupted" and is resumed, with the same deadline, by the next start.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, DaemonState, Outcome, source_of
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.identity import Fetch, learn_identity
+from watchdog.daemon.index import HolderIndex
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
@@ -51,7 +52,6 @@ from watchdog.surface.notify import Notifier
 log = logging.getLogger("tpu-watchdog")
 
 LOOP_TICK = 1.0  # the loop wakes at least this often: time-based policy, watchdog pings, health
-HOLDER_REFRESH = 60.0  # s between idle scans for the holders gauge; a scan walks all fds (bench_idle)
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
 
 
@@ -101,10 +101,14 @@ class Daemon:
             done=lambda record: self.inbox.put(DrainDone(record)), published=self.view.drain_update,
             persistence_changed=self.reporter.persistence,
         )  # fmt: skip
+        self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan
+        busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
+        self.index = HolderIndex(scanner, self.reporter.holders_scanned, busy, stop)
         self._answered: set[str] = set()
         self._ready_sent = False
         self._next_ping = 0.0
         self._next_scan = 0.0
+        self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
         self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait)
         # Set again whenever the lifecycle changes, and on each tick.
         self._refresh_admission()
@@ -118,6 +122,7 @@ class Daemon:
         threading.Thread(target=self._wake_on_stop, name="stop-waker", daemon=True).start()
         self._resume()
         self.watcher.start()
+        self.index.start()
         if self._identity is not None:
             threading.Thread(
                 target=learn_identity, args=(self._identity, self._identity_learned, self.stop),
@@ -210,9 +215,6 @@ class Daemon:
                 self._apply(self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, self._wall()))
         if not self.runner.running and self.lifecycle.drain is None and self.lifecycle.events:
             self._watch_late_arrivals(now)
-        elif not self.runner.running and now >= self._next_scan:
-            self._next_scan = now + HOLDER_REFRESH
-            self.reporter.holders_scanned(self.scanner.scan().holders)
 
     def _watch_late_arrivals(self, now: float) -> None:
         """While drained events are on, scan as a drain does: a process that opens a device now (a job
@@ -263,9 +265,11 @@ class Daemon:
         """Persist, then show: the state file first, so a crash right now loses nothing."""
         self._refresh_admission()
         life = self.lifecycle
+        intents, self._intents = self._intents, []
         self.store.save_lifecycle(
-            life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout
-        )
+            life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
+            intents=intents,
+        )  # fmt: skip
         self.runner.persisted.set()
         self.reporter.persistence()
         state = self.lifecycle.state.value
@@ -303,26 +307,25 @@ class Daemon:
             for record in self.store.state.signals:
                 already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
         active = self.lifecycle.drain
-        self.runner.start(
-            DrainOrder(
-                cause,
-                self._to_mono(deadline),
-                deadline,
-                active.drain_id if active else "",
-                tuple(active.event_ids) if active else (),
-                bool(active and active.late),
-                already,
-            )
-        )
+        first = self.runner.first_wave(self._to_mono(deadline))
+        if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
+            self._intents = [(h.identity, "SIGTERM", h.name) for h in first if h.identity not in already]
+        self.runner.start(DrainOrder(
+            cause, self._to_mono(deadline), deadline, active.drain_id if active else "",
+            tuple(active.event_ids) if active else (), bool(active and active.late), already, first,
+        ))  # fmt: skip
 
     def _drain_done(self, record: DrainRecord | None) -> None:
         self.runner.finished()
-        self._next_scan = 0.0  # refresh the holders gauge now, not in HOLDER_REFRESH s
+        self._next_scan = 0.0  # the late-arrival watch (events still on) or the index: refresh now
+        self.index.refresh_soon()
         if record is None:
             if self.lifecycle.drain is not None and not self.stop.is_set():
                 self._start_drain("retry", self.lifecycle.drain.deadline, resume=True)
                 # Nothing changed since the failed attempt: its state is on disk already, so the retry's
-                # first signal must not wait PERSIST_WAIT for a write that is not coming.
+                # first signal must not wait PERSIST_WAIT for a write that is not coming (the drain writes
+                # its first wave's intents, as every later wave's).
+                self._intents = []
                 self.runner.persisted.set()
             return
         self.view.last_record = record

@@ -3,6 +3,12 @@
 The loop thread decides (the lifecycle); this runs what it decided and reports back through `done`. It is
 the drain's `DrainListener`: each wave of signals is written ahead to the state file, after the drain's own
 state is on disk, and each signal is logged with the process, the drain and the events it serves.
+
+A drain starts from the warm holder index (`indexed`: the holders of the loop's last scan, refreshed while
+idle): each is re-checked from its own /proc entries (same process, still holding a device) by the loop
+(`first_wave`), which writes their intents with the drain's own state, and signalled at once, so the first
+SIGTERM waits for neither a scan of every fd on the host nor a second write; the full scan follows straight
+away and its newcomers are signalled as before. With nothing indexed, the drain starts from a full scan.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class DrainOrder:
     event_ids: tuple[str, ...]
     late: bool
     already_signalled: Mapping[ProcessIdentity, Collection[int]]
+    first_wave: tuple[Holder, ...] = ()  # from the warm index, re-checked (`first_wave`): signalled at once
 
 
 class DrainRunner(DrainListener):
@@ -68,6 +75,7 @@ class DrainRunner(DrainListener):
         self.thread: threading.Thread | None = None
         self.deadline_mono = 0.0
         self.admit = True
+        self.indexed: Callable[[], Sequence[Holder]] = tuple  # the warm holder index; the loop sets it
         self._order: DrainOrder | None = None
 
     @property
@@ -97,7 +105,7 @@ class DrainRunner(DrainListener):
     def _run(self, order: DrainOrder) -> None:
         record: DrainRecord | None = None
         try:
-            holders = self._first_scan()
+            holders = order.first_wave or self._first_scan()
             log.warning(
                 "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
                 len(holders), order.cause, order.wall_deadline - self.clock.wall(), self.config.on_timeout,
@@ -111,6 +119,7 @@ class DrainRunner(DrainListener):
                 already_signalled=order.already_signalled,
                 rescan_interval=RESCAN_INTERVAL,
                 late=order.late,
+                scan_first=bool(order.first_wave),
             )
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
@@ -120,6 +129,21 @@ class DrainRunner(DrainListener):
             log.exception("the drain failed; starting it again with the same deadline")
         finally:
             self._done(record)
+
+    def first_wave(self, deadline: float) -> tuple[Holder, ...]:
+        """The indexed holders still holding a device, re-checked (a few reads each, in the caller's
+        thread); () when there are none, the scanner cannot re-check (a test's), or the deadline (monotonic)
+        has passed: then the full scan decides who is killed."""
+        recheck: Callable[[Sequence[Holder]], Sequence[Holder]] | None
+        recheck = getattr(self.scanner, "recheck", None)
+        if recheck is None or deadline <= self.clock.monotonic():
+            return ()
+        try:
+            indexed = self.indexed()
+            return tuple(recheck(indexed)) if indexed else ()
+        except Exception:  # the full scan follows: a failed re-check only costs the head start
+            log.exception("re-checking the indexed holders failed; scanning them all")
+            return ()
 
     def _first_scan(self) -> tuple[Holder, ...]:
         """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""

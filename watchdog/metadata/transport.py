@@ -5,7 +5,7 @@ the answer must carry `Metadata-Flavor: Google` (else it is not the metadata ser
 64 KiB, strictly UTF-8, whole within the read timeout (a body trickling in a byte at a time would otherwise
 hold the watch forever, every byte resetting the per-read timeout). `close()` may be called from another
 thread: it shuts down the sockets of requests in flight, so a hanging GET ends at once instead of after its
-timeout.
+timeout. The body deadlines of all requests are kept by one thread (`Deadlines`), not a timer per request.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
 from urllib3.connectionpool import HTTPConnectionPool
 
+from watchdog.metadata.deadlines import Deadlines
 from watchdog.metadata.errors import ErrorKind, MetadataError, kind_for_status
 
 if TYPE_CHECKING:
@@ -170,6 +171,7 @@ class MetadataTransport:
         self.host = host
         self.base_url = f"http://{host}/computeMetadata/v1/"
         self._in_flight = _InFlight()
+        self._deadlines = Deadlines()
         self._session = session if session is not None else requests.Session()
         self._session.trust_env = False  # never a proxy, never ~/.netrc: the MDS must be reached directly
         self._session.proxies.clear()
@@ -179,6 +181,7 @@ class MetadataTransport:
     def close(self) -> None:
         """End every request in flight now and refuse later ones; safe from any thread, idempotent."""
         self._in_flight.close()
+        self._deadlines.close()
         self._session.close()
 
     @property
@@ -260,9 +263,7 @@ class MetadataTransport:
             if isinstance(connection, HTTPConnection):
                 _shutdown(connection)
 
-        timer = threading.Timer(body_timeout, expire)
-        timer.daemon = True
-        timer.start()
+        deadline = self._deadlines.after(body_timeout, expire)
         try:
             for chunk in response.iter_content(chunk_size=16 * 1024):
                 size += len(chunk)
@@ -277,7 +278,7 @@ class MetadataTransport:
                 raise MetadataError(ErrorKind.TIMEOUT, path, detail, status) from exc
             raise self._failure(exc, path) from exc
         finally:
-            timer.cancel()
+            self._deadlines.cancel(deadline)
         try:
             body = b"".join(chunks).decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -84,11 +84,14 @@ class StateStore:
         last_outcome: str | None,
         *,
         on_timeout: OnTimeout,
+        intents: Iterable[tuple[ProcessIdentity, int | str, str]] = (),
     ) -> None:
         """The daemon's events and drain as they are now (copied: the lifecycle goes on changing its own),
         and what the drain's deadline does. A new drain (another start time) starts with no signals
         recorded, except a late-arrival drain: the signals of its events' earlier drains still count (one
-        SIGTERM per process per event). The signals of a finished drain stay, for `status`."""
+        SIGTERM per process per event). The signals of a finished drain stay, for `status`. `intents`: the
+        new drain's first wave (see `record_intents`), in the same write: one fsync'd write, not two, before
+        the first SIGTERM."""
         saved_events = tuple(replace(e, confirmed=False) for e in events)  # as a reload gives them back
         saved_drain = (
             None if drain is None else replace(drain, event_ids=list(drain.event_ids), cancelling=False)
@@ -101,10 +104,11 @@ class StateStore:
                 and (state.drain is None or state.drain.started != drain.started)
             )
             signals = () if new_drain or (not saved_events and drain is None) else state.signals
-            return replace(
+            state = replace(
                 state, events=saved_events, drain=saved_drain, last_outcome=last_outcome, signals=signals,
                 on_timeout=on_timeout if drain is not None else DEFAULT_ON_TIMEOUT,
             )  # fmt: skip
+            return _with_intents(state, intents, self.clock.wall())
 
         self._update(change)
 
@@ -121,10 +125,7 @@ class StateStore:
         """Several intents (identity, signal, process name) in one write, all on disk before any is sent:
         a drain's first wave to many holders costs one fsync, not one per holder."""
         with self._lock:
-            state, now = self._state, self.clock.wall()
-            for identity, signal, name in intents:
-                if state.find(identity, signal) is None:
-                    state = state.with_signal(SignalRecord(identity, name, signal_name(signal), now))
+            state = _with_intents(self._state, intents, self.clock.wall())
             if state is not self._state:
                 self._write(state)
 
@@ -307,6 +308,16 @@ def _read_regular(path: str, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def _with_intents(
+    state: SavedState, intents: Iterable[tuple[ProcessIdentity, int | str, str]], now: float
+) -> SavedState:
+    """`state` with an intent for each (identity, signal, name) not on file yet; the same object if none."""
+    for identity, signal, name in intents:
+        if state.find(identity, signal) is None:
+            state = state.with_signal(SignalRecord(identity, name, signal_name(signal), now))
+    return state
 
 
 def _fsync_dir(path: str) -> None:

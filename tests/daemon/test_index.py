@@ -1,0 +1,83 @@
+"""The warm holder index: refreshed in its own thread at start and on request, never while paused."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from tests.support.waiting import wait_for
+from tests.support.workloads import OwnScanner, Workloads
+from watchdog.core.process import Holder
+from watchdog.daemon.index import HolderIndex
+from watchdog.host.holders import ScanResult
+
+
+class CountingScanner(OwnScanner):
+    """The real scanner on the test's processes, counting its scans (and failing when told to)."""
+
+    def __init__(self, workloads: Workloads) -> None:
+        super().__init__(workloads)
+        self.scans = 0
+        self.fail = False
+
+    def scan(self) -> ScanResult:
+        failing = self.fail  # decided before the count a test waits on
+        self.scans += 1
+        if failing:
+            raise OSError("a passing /proc error")
+        return super().scan()
+
+
+@pytest.fixture
+def stop() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_the_index_is_filled_at_start_and_refreshed_on_request(
+    workloads: Workloads, stop: threading.Event
+) -> None:
+    first = workloads.start("report")
+    published: queue.Queue[Sequence[Holder]] = queue.Queue()
+    index = HolderIndex(OwnScanner(workloads), published.put, lambda: False, stop, interval=3600)
+    index.start()
+    assert [h.identity for h in published.get(timeout=10)] == [first.identity]
+    second = workloads.start("report")
+    index.refresh_soon()  # a drain ended: do not wait an hour
+    assert {h.identity for h in published.get(timeout=10)} == {first.identity, second.identity}
+
+
+def test_nothing_is_scanned_or_published_while_paused(workloads: Workloads, stop: threading.Event) -> None:
+    workloads.start("report")
+    scanner = CountingScanner(workloads)
+    published: queue.Queue[Sequence[Holder]] = queue.Queue()
+    paused = threading.Event()
+    paused.set()
+    index = HolderIndex(scanner, published.put, paused.is_set, stop, interval=0.05)
+    index.start()
+    with pytest.raises(queue.Empty):
+        published.get(timeout=0.5)  # a negative check: ten refresh intervals, nothing published
+    assert scanner.scans == 0
+    paused.clear()
+    assert len(published.get(timeout=10)) == 1
+
+
+def test_a_failed_refresh_is_logged_and_the_next_one_publishes(
+    workloads: Workloads, stop: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    workloads.start("report")
+    scanner = CountingScanner(workloads)
+    scanner.fail = True
+    published: queue.Queue[Sequence[Holder]] = queue.Queue()
+    index = HolderIndex(scanner, published.put, lambda: False, stop, interval=3600)
+    index.start()
+    wait_for(lambda: scanner.scans >= 1, what="the first refresh")
+    scanner.fail = False
+    index.refresh_soon()
+    assert len(published.get(timeout=10)) == 1
+    assert scanner.scans == 2  # the failed one published nothing
+    assert "refreshing the holder index failed" in caplog.text

@@ -1,0 +1,40 @@
+"""`HolderScanner.recheck`: the warm index re-checked from each process's own /proc entries, exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+
+from tests.support.workloads import OwnScanner, Workloads
+from watchdog.core.process import ProcessIdentity
+from watchdog.host.holders import HolderScanner
+
+
+def test_a_holder_still_holding_is_kept_with_what_it_holds(workloads: Workloads) -> None:
+    child = workloads.start("report")
+    (indexed,) = OwnScanner(workloads).scan().holders
+    (again,) = HolderScanner(patterns=[str(workloads.device)]).recheck([indexed])
+    assert again.identity == child.identity
+    assert again.devices == indexed.devices
+
+
+def test_released_gone_and_reused_pids_are_dropped(workloads: Workloads) -> None:
+    released, gone, kept = workloads.start("release"), workloads.start("report"), workloads.start("report")
+    index = OwnScanner(workloads).scan().holders
+    assert len(index) == 3
+    released.popen.send_signal(signal.SIGTERM)  # closes the device, keeps running
+    released.expect("released")
+    gone.popen.kill()
+    gone.popen.wait(timeout=10)
+    stale = dataclasses.replace(  # the same PID, another start time: a process that reused it
+        next(h for h in index if h.identity == kept.identity),
+        identity=ProcessIdentity(kept.identity.pid, kept.identity.start_time + 1),
+    )
+    found = HolderScanner(patterns=[str(workloads.device)]).recheck([*index, stale])
+    assert [h.identity for h in found] == [kept.identity]
+
+
+def test_nothing_matching_the_patterns_means_nobody(workloads: Workloads) -> None:
+    workloads.start("report")
+    index = OwnScanner(workloads).scan().holders
+    assert HolderScanner(patterns=[str(workloads.device) + ".absent"]).recheck(index) == []

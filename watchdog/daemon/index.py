@@ -1,0 +1,68 @@
+"""The warm holder index: who held a device at the last full scan, refreshed in a thread of its own.
+
+A drain starts from it (daemon/runner.py: `first_wave` re-checks each indexed holder from its own /proc
+entries), so the first SIGTERM need not wait for a scan of every fd on the host. The refresh runs in its own
+thread so that the loop is never busy scanning when an event arrives (a scan of a big host takes 100+ ms;
+readlink releases the GIL, so the loop and the drain get it at once). While an event is on, the refresh
+pauses: the loop's late-arrival watch and the drain's rescans scan then, and publish what they find.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from watchdog.core.process import Holder
+from watchdog.daemon.drain import Scanner
+
+log = logging.getLogger("tpu-watchdog")
+
+HOLDER_REFRESH = 60.0  # s between idle refreshes of the index (and the holders gauge); each walks all fds
+
+
+class HolderIndex:
+    """Scans every `interval` s (and soon after `refresh_soon`) unless `paused()`; `publish(holders)` after
+    each scan that finished while still not paused."""
+
+    def __init__(
+        self,
+        scanner: Scanner,
+        publish: Callable[[Sequence[Holder]], None],
+        paused: Callable[[], bool],
+        stop: threading.Event,
+        interval: float = HOLDER_REFRESH,
+    ) -> None:
+        self._scanner, self._publish, self._paused, self._stop = scanner, publish, paused, stop
+        self._interval = interval
+        self._wake = threading.Event()
+        self._wake.set()  # the first refresh at once: a drain soon after start has an index
+        self._thread = threading.Thread(target=self._run, name="holder-index", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def refresh_soon(self) -> None:
+        """Refresh now, not in `interval` s (a drain ended: who holds a device has changed)."""
+        self._wake.set()
+
+    def join(self, timeout: float) -> None:
+        self._wake.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if self._paused():
+                continue
+            try:
+                holders = tuple(self._scanner.scan().holders)
+            except Exception:  # the next refresh tries again; a drain then starts from a full scan
+                log.exception("refreshing the holder index failed")
+                continue
+            if not self._paused():
+                self._publish(holders)
