@@ -174,7 +174,9 @@ class Daemon:
             self.reporter.metadata_failed(message)
         elif isinstance(message, KeyUnsupported):
             source = source_of(message.key)
-            if source in self.view.values:
+            answered = source in self.view.values
+            self.reporter.metadata_unsupported(message.key)
+            if answered:
                 # It answered in this run: a passing 404 (a server hiccup) is no reason to drop an event.
                 log.warning("metadata %s answers 404 after answering before: asking again", message.key)
                 return
