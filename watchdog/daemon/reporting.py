@@ -92,13 +92,16 @@ class Reporter:
         self._unready = set(unready)
         self._said_unready &= self._unready  # only processes still holding are remembered
 
-    def metadata_unsupported(self, key: str) -> None:
+    def metadata_unsupported(self, key: str) -> bool:
         """A 404: the key's last value is no longer announced, so it leaves /status and its metrics (an
-        upcoming-maintenance window must not stay on the dashboard, nor drive drain_before_window)."""
+        upcoming-maintenance window must not stay on the dashboard, nor drive drain_before_window).
+        True if the key had answered in this run (a passing 404, then)."""
         source = source_of(key)
+        answered = source in self.view.values
         self.view.values = {name: value for name, value in self.view.values.items() if name != source}
         if source == UPCOMING_MAINTENANCE.source:
             self.metrics.set_window(None, None)
+        return answered
 
     def persistence(self) -> None:
         """A state file that cannot be written is loud: metric, /status, STATUS=, and an error per change.
