@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CANTCREAT
     daemon, transport, host = built.daemon, built.transport, built.metadata_host
     try:
-        http = HttpSurface(str(config.listen), daemon.view)
+        http = HttpSurface(str(config.listen), daemon.view, status_allow=config.status_allow)
     except OSError as error:
         log.error(
             "cannot listen on %s: %s (set --listen or listen = in the config file)", config.listen, error

@@ -43,6 +43,10 @@ def fetch(listen: str, timeout: float = 3.0) -> dict[str, Any]:
 
 def _why(error: BaseException) -> str:
     """A failed request or read in words, never a library's repr."""
+    if isinstance(error, urllib.error.HTTPError) and error.code == 403:
+        return (
+            "it serves /status only to the networks in http.status_allow, which lack this host's own address"
+        )
     if isinstance(error, urllib.error.HTTPError):
         return f"it answered HTTP {error.code} ({error.reason})"
     reason = error.reason if isinstance(error, urllib.error.URLError) else error

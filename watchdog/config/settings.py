@@ -86,6 +86,7 @@ class Config:
     hook_on_drain_end: tuple[str, ...] | None
     hook_on_event_clear: tuple[str, ...] | None
     hook_timeout: float
+    status_allow: tuple[str, ...]  # IP networks /status is served to (normalised CIDR); loopback by default
     config_file: str | None = None  # the file read, None when none was
     sources: Mapping[str, Source] = field(default_factory=dict, compare=False)  # TOML key -> source
 
