@@ -1,5 +1,6 @@
 """The fake's control API under /_fake/ (a prefix no metadata path can have): change values, inject faults,
-read the request log. No flavor header needed; these requests are not logged as metadata requests.
+read the request log. No flavor header needed; these requests are not logged as metadata requests. Body
+formats, fault fields and curl examples: docs/fake-metadata.md.
 
     PUT    /_fake/v1/<key>[?status=N]  body = the value (JSON for upcoming-maintenance or a JSON content type)
     GET    /_fake/v1/<key>             the stored value, status and ETag

@@ -74,7 +74,7 @@ def test_exposure_is_at_most_three(unit_copy: Path) -> None:
 
 
 def test_the_settings_the_daemon_needs_are_the_ones_left_open(unit_copy: Path) -> None:
-    """What stays open is on purpose (README, "The systemd unit"): root, signals, ptrace-read of /proc, the
+    """What stays open is on purpose (docs/hardening.md): root, signals, ptrace-read of /proc, the
     host's /dev, /proc and /tmp, the network. Anything else open is a regression in the hardening."""
     _, rows = exposure(unit_copy)
     open_names = {str(row["name"]) for row in rows if row.get("set") is False}
