@@ -91,7 +91,10 @@ class Reloader:
             self._apply_policy(daemon, self._pending)
             self._pending = None
         said = _describe(old, new, live, restart, waits)
-        log.warning("configuration reloaded from %s: %s", new.config_file or "no file (defaults)", said)
+        log.log(
+            logging.WARNING if restart else logging.INFO,  # a change that did not happen is worth a warning
+            "configuration reloaded from %s: %s", new.config_file or "no file (defaults)", said,
+        )  # fmt: skip
         short = f"{len(live)} setting(s) changed" + (
             f", restart needed for {', '.join(restart)}" if restart else ""
         )
@@ -102,7 +105,7 @@ class Reloader:
         if self._pending is not None and not daemon.lifecycle.events:
             self._apply_policy(daemon, self._pending)
             self._pending = None
-            log.warning("the reloaded drain settings apply now: the event in progress is over")
+            log.info("the reloaded drain settings apply now: the event in progress is over")
 
     def _apply_policy(self, daemon: Reloadable, config: Config) -> None:
         daemon.policy = policy_from_config(config)
