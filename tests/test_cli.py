@@ -51,6 +51,7 @@ DAEMON_FLAGS = {"--config", "--metadata-host", "--device", "--exclude", "--grace
 FLAGS = {
     "status": {"--config", "--listen", "--state-dir", "--json"},
     "drill": {"--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run"},
+    "readiness": {"--config", "--device", "--exclude", "--json"},
     "run": DAEMON_FLAGS,
     "config": DAEMON_FLAGS | {"--json"},
 }
