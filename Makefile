@@ -9,20 +9,32 @@ BIN := $(VENV)/bin
 # systemd-container: systemd-nspawn, a real systemd manager for the unit tests.
 # lintian checks the .deb; the python3-* packages are the .deb's dependencies, needed on this machine to
 # install it in a container that boots this machine's own root (tests/packaging/test_deb.py).
-APT_PACKAGES := libsystemd-dev pkg-config gcc python3-dev lsof psmisc prometheus systemd-container \
+# `make demo` needs only what builds the runtime dependencies (systemd-python from source): DEMO_APT, and the
+# project with no extras (no test tools, no jax), so a fresh machine runs it well under a minute.
+DEMO_APT := libsystemd-dev pkg-config gcc python3-dev
+APT_PACKAGES := $(DEMO_APT) lsof psmisc prometheus systemd-container \
 	lintian python3-requests python3-urllib3 python3-psutil python3-systemd python3-prometheus-client
 INSTALLED := $(VENV)/.installed
+DEMO_INSTALLED := $(VENV)/.installed-demo
 
-.PHONY: all setup system-packages demo test lint typecheck unit bench deb clean
+.PHONY: all setup system-packages demo-packages demo test lint typecheck unit bench deb clean
 
 all: test
 
-system-packages:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# apt-get install what of $(1) is missing (apt-get update first, once, only if something is).
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "apt-get install:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+endef
+
+system-packages:
+	$(call apt_install,$(APT_PACKAGES))
+
+demo-packages:
+	$(call apt_install,$(DEMO_APT))
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -qq && \
@@ -36,7 +48,13 @@ $(INSTALLED): pyproject.toml | $(BIN)/python system-packages
 
 setup: system-packages $(INSTALLED)
 
-demo: setup
+# The runtime dependencies only; a venv set up for the tests (INSTALLED) has them already.
+$(DEMO_INSTALLED): pyproject.toml | $(BIN)/python demo-packages
+	@if [ ! -f $(INSTALLED) ] || [ $(INSTALLED) -ot pyproject.toml ]; then \
+	  $(BIN)/python -m pip install -q -e .; fi
+	@touch $@
+
+demo: $(DEMO_INSTALLED)
 	$(BIN)/tpu-watchdog demo
 
 lint: setup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -41,3 +42,43 @@ def test_python_dash_m_runs_the_same_cli() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"tpu-watchdog {__version__}"
+
+
+# The flags each command's --help lists: only those it reads (status once listed every daemon flag).
+DAEMON_FLAGS = {"--config", "--metadata-host", "--device", "--exclude", "--grace", "--preempt-grace",
+                "--on-timeout", "--state-dir", "--listen", "--dry-run", "--log-level",
+                "--log-format"}  # fmt: skip
+FLAGS = {
+    "status": {"--config", "--listen", "--state-dir", "--json"},
+    "drill": {"--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run"},
+    "readiness": {"--config", "--device", "--exclude", "--json"},
+    "run": DAEMON_FLAGS,
+    "config": DAEMON_FLAGS | {"--json"},
+}
+
+
+def _help(command: str) -> str:
+    """In a child: `main(["run", ...])` blocks SIGTERM, a mask every later child of this process would
+    inherit."""
+    done = subprocess.run(
+        [sys.executable, "-m", "watchdog", command, "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("command", sorted(FLAGS))
+def test_help_lists_only_the_flags_the_command_uses(command: str) -> None:
+    listed = set(re.findall(r"^\s+(--[a-z-]+)", _help(command), re.M)) - {"--help"}
+    assert listed == FLAGS[command]
+
+
+def test_a_daemon_flag_status_does_not_use_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["status", "--on-timeout", "bogus"])
+    assert exited.value.code == EXIT_USAGE  # not 78: it is not a setting status reads
+    assert "unrecognized arguments: --on-timeout bogus" in capsys.readouterr().err

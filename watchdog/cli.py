@@ -63,9 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     name = args[0]
     if name == "run":
-        # A stop that arrives while the daemon is still importing is held, not fatal: `run` unblocks it
-        # once its handler is in place, and a stop during start-up is then a clean exit 0.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        # A stop (or a reload) that arrives while the daemon is still importing is held, not fatal: `run`
+        # unblocks them once its handlers are in place, and a stop during start-up is then a clean exit 0.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
     module = _load(name)
     parser = argparse.ArgumentParser(prog=f"tpu-watchdog {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)

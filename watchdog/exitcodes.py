@@ -11,7 +11,7 @@ EXIT_CANNOT_LISTEN = 1  # run, fake-metadata: the listen address cannot be bound
 EXIT_USAGE = 2  # a bad command line
 EXIT_CANTCREAT = 73  # run: the state directory is unusable
 EXIT_LOCKED = 75  # run (EX_TEMPFAIL): another daemon holds the state directory; systemd's Restart= retries
-EXIT_CONFIG = 78  # a bad configuration
+EXIT_CONFIG = 78  # a configuration error: "tpu-watchdog: configuration error: WHERE: KEY: ..."
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 
 EXIT_NO_HOLDERS = 1  # holders: nothing holds a TPU device (like grep finding nothing)

@@ -7,13 +7,13 @@ The daemon runs in a private PID namespace with its one holder, so it can never 
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.pidns import needs_unshare, run_driver
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,19 +74,11 @@ report["log"] = (tmp / "daemon.log").read_text()
 print(json.dumps(report))
 """
 
-needs_unshare = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
-
 
 @needs_unshare
 def test_the_daemon_speaks_systemd_drains_and_stops_fast(tmp_path: Path) -> None:
     (tmp_path / "empty.toml").write_text("")
-    done = subprocess.run(
-        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER, str(tmp_path)],
-        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_driver(DRIVER, tmp_path)
     assert report["ready"].startswith("READY=1\nSTATUS=idle"), report["log"]
     assert report["child_exit"] == 0
     assert report["status"]["state"] == "drained"

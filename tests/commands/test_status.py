@@ -56,7 +56,11 @@ def test_status_falls_back_to_the_state_file(
         harness.wait_state("drained")
     shown = status(tmp_path, "127.0.0.1:1")  # nobody listens there
     assert shown.returncode == 3, shown.stderr
-    assert "does not answer" in shown.stderr
+    said = "no answer from the daemon on 127.0.0.1:1: nothing listens there (connection refused)"
+    assert said in shown.stderr
+    assert "`systemctl status tpu-watchdog`" in shown.stderr
+    assert "urlopen" not in shown.stderr
+    assert "Errno" not in shown.stderr
     assert "TERMINATE_ON_HOST_MAINTENANCE" in shown.stdout
 
 
@@ -64,6 +68,8 @@ def test_status_without_daemon_or_state_is_exit_1(tmp_path: Path) -> None:
     shown = status(tmp_path, "127.0.0.1:1")
     assert shown.returncode == 1
     assert "no usable state file" in shown.stderr
+    assert "`systemctl status tpu-watchdog`" in shown.stderr
+    assert "Errno" not in shown.stderr
 
 
 def test_status_shows_each_holders_sigterm_and_the_slice(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -239,6 +240,28 @@ def test_bad_environment_is_a_config_error(environ: dict[str, str], expected: li
         load_config(parse(), environ)
     for fragment in expected:
         assert fragment in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "suggested"),
+    [
+        ("TPU_WATCHDOG_DRAIN_GRACE", ["TPU_WATCHDOG_DRAIN_MAINTENANCE_GRACE",
+                                      "TPU_WATCHDOG_DRAIN_PREEMPTION_GRACE"]),
+        ("TPU_WATCHDOG_DRYRUN", ["TPU_WATCHDOG_DRY_RUN"]),
+        ("TPU_WATCHDOG_HOOK_TIMEOUT", ["TPU_WATCHDOG_HOOKS_TIMEOUT"]),
+        ("TPU_WATCHDOG_LISTEN_ADDR", ["TPU_WATCHDOG_LISTEN"]),
+        ("TPU_WATCHDOG_PORT", []),
+        ("TPU_WATCHDOG_VERBOSE", []),
+        ("TPU_WATCHDOG_ON", []),
+    ],
+)  # fmt: skip
+def test_an_unknown_variable_suggests_only_close_names(variable: str, suggested: list[str]) -> None:
+    """DRAIN_GRACE once suggested TPU_WATCHDOG_HOOKS_ON_DRAIN_END: a guess that sends the reader astray."""
+    with pytest.raises(ConfigError) as raised:
+        load_config(parse(), {variable: "1"})
+    named = re.findall(r"'(TPU_WATCHDOG_\w+)'", str(raised.value))
+    assert named == suggested
+    assert ("did you mean" in str(raised.value)) == bool(suggested)
 
 
 @pytest.mark.parametrize(

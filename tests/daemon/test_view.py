@@ -90,3 +90,14 @@ def test_the_host_is_known_fields_in_status_and_every_field_as_text_for_notices(
     assert view.host["tpu_node"] == "train-a"
     assert view.host["slice_hosts"] == "16"
     assert view.host["multislice_coordinator"] == ""
+
+
+def test_health_waits_for_every_keys_first_good_answer(tmp_path: Path) -> None:
+    """At start-up nothing has answered yet: the daemon cannot tell whether an event is on, so it is not
+    healthy (the README's wording), even inside the tolerance."""
+    clock = Clock()
+    view = view_of(Lifecycle(), clock, tmp_path)
+    clock.now += 2
+    healthy, why = view.health()
+    assert not healthy
+    assert why.startswith("unhealthy: no good answer yet from instance/maintenance-event since start 2 s")

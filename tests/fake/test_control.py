@@ -115,3 +115,18 @@ def test_identity_sets_every_key_of_a_tpu_vm_consistently(control: Control) -> N
     endpoints = "instance/attributes/worker-network-endpoints"
     assert again[endpoints] == values[endpoints]  # the slice's list, the same from any of its hosts
     assert again["instance/id"] != values["instance/id"]
+
+
+def test_an_unknown_endpoint_names_the_ones_served(control: Control) -> None:
+    got, answer = control("GET", "values/instance/preempted")
+    assert got == 404
+    served_all = (
+        "/_fake/v1/<key>",
+        "POST /_fake/reset",
+        "POST /_fake/identity",
+        "/_fake/faults",
+        "GET /_fake/requests",
+    )
+    for served in served_all:
+        assert served in answer["error"]
+    assert "docstring" not in answer["error"]

@@ -12,6 +12,7 @@ def test_kind_values_are_the_documented_label_set() -> None:
         "connection_refused",
         "connection_reset",
         "timeout",
+        "dns",
         "http_5xx",
         "http_429",
         "http_403",

@@ -125,6 +125,12 @@ def test_connection_refused(free_port: int) -> None:
         assert _error(transport).kind is ErrorKind.CONNECTION_REFUSED
 
 
+def test_a_name_that_does_not_resolve_is_dns_not_timeout() -> None:
+    # .invalid never resolves (RFC 6761): the real resolver answers "no such name" at once.
+    with MetadataTransport("metadata.tpu-watchdog-test.invalid") as transport:
+        assert _error(transport).kind is ErrorKind.DNS
+
+
 def test_body_cap_is_64_kib(fake: FakeMetadataServer, transport: MetadataTransport) -> None:
     fake.set("instance/attributes/big", "x" * MAX_BODY_BYTES)
     assert len(transport.get("instance/attributes/big").body) == MAX_BODY_BYTES

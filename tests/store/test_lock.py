@@ -93,9 +93,12 @@ def test_a_symlink_or_a_file_is_refused_with_what_to_do(tmp_path: Path) -> None:
     target.mkdir()
     link = tmp_path / "link"
     link.symlink_to(target)
-    with pytest.raises(StateDirError, match="not a symlink"):
+    with pytest.raises(StateDirError, match="is a symlink: never followed"):
         StateDirLock(str(link)).acquire(0.0)
     plain = tmp_path / "file"
     plain.write_text("")
-    with pytest.raises(StateDirError, match="must be a directory"):
+    with pytest.raises(StateDirError, match="is a file, not a directory: remove it") as refused:
         StateDirLock(str(plain)).acquire(0.0)
+    assert "permissions" not in str(refused.value)
+    with pytest.raises(StateDirError, match=f"{plain} is a file, not a directory; choose another"):
+        StateDirLock(str(plain / "state")).acquire(0.0)

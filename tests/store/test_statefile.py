@@ -182,7 +182,11 @@ def test_an_unusable_dir_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(StateDirError) as raised:
         store(blocker / "state")
     assert str(blocker / "state") in str(raised.value)
+    assert f"{blocker} is a file, not a directory" in str(raised.value)
     assert "--state-dir" in str(raised.value)
+    assert "permissions" not in str(raised.value)  # a file in the way is not a permission problem
+    with pytest.raises(StateDirError, match=f"state dir {blocker} is a file, not a directory: remove it"):
+        store(blocker)
 
 
 def test_a_failed_write_is_logged_and_the_state_lives_on(

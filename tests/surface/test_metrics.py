@@ -138,3 +138,15 @@ def test_holders_by_sigterm_disposition() -> None:
     assert counts == {"caught": 1, "ignored": 0, "default": 2}  # the unknown one counts in none
     metrics.set_holders(holders[:1])
     assert value(metrics, name, disposition="default") == 0
+
+
+def test_no_created_series_but_every_counter_and_histogram_sample_stays() -> None:
+    metrics = Metrics(error_kinds=KINDS)
+    metrics.signals_sent.labels("SIGTERM").inc()
+    metrics.drain_duration.observe(3.2)
+    text = generate_latest(metrics.registry).decode()
+    assert "_created" not in text
+    assert 'tpu_watchdog_signals_sent_total{signal="SIGTERM"} 1.0' in text
+    assert "tpu_watchdog_drain_duration_seconds_count 1.0" in text
+    assert 'tpu_watchdog_drain_duration_seconds_bucket{le="5.0"} 1.0' in text
+    assert value(metrics, "tpu_watchdog_drains_total", outcome="exited") == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,12 @@ def test_messages_reach_the_socket(
     assert sock.recv(4096).decode() == "STATUS=draining: 2 holders"
     notifier.watchdog()
     assert sock.recv(4096).decode() == "WATCHDOG=1"
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+    notifier.reloading("reloading the configuration")
+    reloading, usec, status = sock.recv(4096).decode().split("\n")
+    assert (reloading, status) == ("RELOADING=1", "STATUS=reloading the configuration")
+    assert usec.startswith("MONOTONIC_USEC=")  # systemd 253's Type=notify-reload requires it
+    assert before <= int(usec.partition("=")[2]) <= time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
     notifier.stopping()
     assert sock.recv(4096).decode() == "STOPPING=1\nSTATUS=stopping"
 

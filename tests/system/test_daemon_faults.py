@@ -8,6 +8,7 @@ is counted where it matters. docs/reliability.md has the table; `-s` prints each
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import time
@@ -215,6 +216,33 @@ def test_a_404_during_an_event_does_not_cancel_its_drain(
         job.open_gate()
         harness.wait_state("drained")
         assert harness.metric(DRAINS, outcome="exited") == 1
+
+
+def test_a_404_on_upcoming_maintenance_clears_the_window_it_announced(
+    fake: FakeMetadataServer, harness: DaemonHarness
+) -> None:
+    """A window no longer announced leaves the metrics, /status and the daemon's values; it comes back
+    with the key."""
+    start, end = "2031-01-01T10:00:00Z", "2031-01-01T12:00:00Z"
+    window = {"window_start_time": start, "latest_window_start_time": start, "window_end_time": end,
+              "maintenance_status": "PENDING", "type": "SCHEDULED", "can_reschedule": True}  # fmt: skip
+    start_metric = "tpu_watchdog_upcoming_maintenance_window_start_timestamp_seconds"
+    fake.set(UPCOMING, window)
+    wait_for(lambda: harness.metric(start_metric) == 1925028000.0, what="the window in the metrics")
+
+    def shown() -> object:
+        return harness.daemon.view.status()["metadata"][UPCOMING]["value"]
+
+    assert "2031-01-01" in str(shown())
+    fake.add_fault(Fault("status", STORM, status=404, path=UPCOMING))
+    fake.expire_hanging()
+    wait_for(lambda: math.isnan(harness.metric(start_metric)), what="the window gone from the metrics")
+    assert math.isnan(harness.metric("tpu_watchdog_upcoming_maintenance_window_end_timestamp_seconds"))
+    assert "upcoming-maintenance" not in harness.daemon.view.values
+    assert shown() is None
+    fake.faults.clear()
+    wait_for(lambda: harness.metric(start_metric) == 1925028000.0, what="the window back")
+    assert "2031-01-01" in str(shown())
 
 
 # -- the server goes away ----------------------------------------------------------------------------------

@@ -25,7 +25,10 @@ from watchdog.exitcodes import EXIT_LOST, EXIT_NOTHING_TO_DRILL, EXIT_OK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)  # --grace is the rehearsed grace (the maintenance grace, 300 s by default)
+    # What a drain uses; --grace is the rehearsed grace (the maintenance grace, 300 s by default).
+    add_config_arguments(
+        parser, only=("--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run")
+    )
 
 
 def verdict(proc: ProcessRecord, started: float, dry_run: bool) -> tuple[bool, str]:

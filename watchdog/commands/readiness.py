@@ -48,7 +48,8 @@ CANNOT_KNOW = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)  # the devices and excludes the daemon uses: judge what a drain would signal
+    # The devices and excludes the daemon uses: judge what a drain would signal.
+    add_config_arguments(parser, only=("--config", "--device", "--exclude"))
     parser.add_argument("--json", action="store_true", help="print a JSON list, one verdict per holder")
 
 

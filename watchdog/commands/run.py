@@ -14,7 +14,8 @@ import os
 import signal
 import threading
 
-from watchdog.config.settings import add_config_arguments, environment_help, load_config_or_exit
+from watchdog.config.settings import add_config_arguments, environment_help, load_config, load_config_or_exit
+from watchdog.daemon.sighup import ReloadRequests
 from watchdog.exitcodes import EXIT_CANNOT_LISTEN, EXIT_CANTCREAT, EXIT_LOCKED, EXIT_OK
 
 LOCK_WAIT = 30.0  # s a second instance waits for the first to stop (systemd and k8s stop it within 15 s)
@@ -40,8 +41,12 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())  # handlers only set the event; the loop does the rest
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # blocked by cli.main
-    config = load_config_or_exit(args, os.environ)
+    # `systemctl reload` (SIGHUP) re-reads the configuration; one during start-up is held until the loop runs.
+    reloads = ReloadRequests()
+    signal.signal(signal.SIGHUP, lambda *_: reloads.ask())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})  # cli.main
+    environ = dict(os.environ)  # a reload reads the file again, with the flags and environment of the start
+    config = load_config_or_exit(args, environ)
     if isinstance(config, int):
         return config
 
@@ -62,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
             log.warning("another tpu-watchdog holds %s: waiting up to %.0f s for it to stop", lock.dir,
                         args.lock_wait)  # fmt: skip
             lock.acquire(args.lock_wait, stop)
-        wiring = Wiring(timeout_sec=args.metadata_timeout_sec, wedge_file=args.test_wedge_file)
+        wiring = Wiring(
+            timeout_sec=args.metadata_timeout_sec, wedge_file=args.test_wedge_file, reloads=reloads,
+            reload_config=lambda: load_config(args, environ),
+        )  # fmt: skip
         built = build_daemon(config, stop, wiring)
     except StateDirBusyError as error:
         if stop.is_set():
@@ -75,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CANTCREAT
     daemon, transport, host = built.daemon, built.transport, built.metadata_host
     try:
-        http = HttpSurface(str(config.listen), daemon.view)
+        http = HttpSurface(str(config.listen), daemon.view, status_allow=config.status_allow)
     except OSError as error:
         log.error(
             "cannot listen on %s: %s (set --listen or listen = in the config file)", config.listen, error

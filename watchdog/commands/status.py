@@ -10,6 +10,7 @@ import argparse
 import datetime
 import json
 import os
+import socket
 import sys
 import urllib.error
 import urllib.request
@@ -21,7 +22,7 @@ from watchdog.store.statefile import STATE_FILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
+    add_config_arguments(parser, only=("--config", "--listen", "--state-dir"))  # where the daemon is
     parser.add_argument("--json", action="store_true", help="print the raw JSON")
 
 
@@ -38,6 +39,26 @@ def fetch(listen: str, timeout: float = 3.0) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://{host}:{port}/status", timeout=timeout) as answer:
         data: dict[str, Any] = json.loads(answer.read())
         return data
+
+
+def _why(error: BaseException) -> str:
+    """A failed request or read in words, never a library's repr."""
+    if isinstance(error, urllib.error.HTTPError) and error.code == 403:
+        return (
+            "it serves /status only to the networks in http.status_allow, which lack this host's own address"
+        )
+    if isinstance(error, urllib.error.HTTPError):
+        return f"it answered HTTP {error.code} ({error.reason})"
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(reason, ConnectionRefusedError):
+        return "nothing listens there (connection refused)"
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return "no answer within 3 s"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    if isinstance(reason, ValueError):
+        return "not JSON (is something else listening there?)"
+    return str(reason)
 
 
 def from_state_file(state_dir: str) -> dict[str, Any]:
@@ -87,11 +108,18 @@ def run(args: argparse.Namespace) -> int:
         status = fetch(str(config.listen))
         code = EXIT_OK
     except (OSError, urllib.error.URLError, ValueError) as error:
-        sys.stderr.write(f"the daemon does not answer on {config.listen} ({error}); reading its state file\n")
+        sys.stderr.write(
+            f"no answer from the daemon on {config.listen}: {_why(error)}. Is it running? See "
+            "`systemctl status tpu-watchdog`. Showing its state file instead.\n"
+        )
         try:
             saved = from_state_file(config.state_dir)
         except (OSError, ValueError) as file_error:
-            sys.stderr.write(f"no usable state file in {config.state_dir} either: {file_error}\n")
+            what = "none there" if isinstance(file_error, FileNotFoundError) else _why(file_error)
+            sys.stderr.write(
+                f"no usable state file in {config.state_dir} either ({what}): the daemon has not run "
+                "with this state dir, or --state-dir points elsewhere\n"
+            )
             return EXIT_NO_ANSWER
         status = {
             "state": "unknown (daemon not answering)",

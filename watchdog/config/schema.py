@@ -15,6 +15,7 @@ from watchdog.core.vocabulary import (
     DEFAULT_MAINTENANCE_GRACE,
     DEFAULT_ON_TIMEOUT,
     DEFAULT_PREEMPTION_GRACE,
+    LOOPBACK_NETWORKS,
     ON_TIMEOUT,
 )
 
@@ -207,6 +208,15 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "how long a hook may run before it is killed",
         positive=True,
+    ),
+    Setting(
+        "http.status_allow",
+        "status_allow",
+        LOOPBACK_NETWORKS,
+        v.networks,
+        lambda text: v.networks(v.list_text(text)),
+        'a list of IP networks that may read /status (pids, process names, devices), e.g. ["127.0.0.0/8", '
+        '"::1/128", "10.0.0.0/8"]; /metrics and the probes are served to every client',
     ),
 )
 

@@ -10,17 +10,16 @@ root: `_refuse_untrusted_hooks`, by the rule in `trust`). The settings themselve
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
-import re
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from watchdog.config import values as v
 from watchdog.config.schema import BY_ENV, BY_KEY, ENV_PREFIX, SECTIONS, SETTINGS, Setting
+from watchdog.config.suggest import suggest
 from watchdog.config.trust import refusal
 from watchdog.core.vocabulary import (
     DEFAULT_MAINTENANCE_GRACE,
@@ -87,6 +86,7 @@ class Config:
     hook_on_drain_end: tuple[str, ...] | None
     hook_on_event_clear: tuple[str, ...] | None
     hook_timeout: float
+    status_allow: tuple[str, ...]  # IP networks /status is served to (normalised CIDR); loopback by default
     config_file: str | None = None  # the file read, None when none was
     sources: Mapping[str, Source] = field(default_factory=dict, compare=False)  # TOML key -> source
 
@@ -103,10 +103,23 @@ def default_config() -> Config:
     return Config(**values)
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of `tpu-watchdog run` (and `config`). Values are checked by `load_config`, not argparse,
-    so a bad one is a configuration error (exit 78) that names the flag."""
-    group = parser.add_argument_group("configuration (flags override TPU_WATCHDOG_* variables and the file)")
+class _Only:
+    """An argument group that takes only the flags a command uses (all when `only` is None)."""
+
+    def __init__(self, group: argparse._ArgumentGroup, only: Collection[str] | None) -> None:
+        self._group, self._only = group, only
+
+    def add_argument(self, *names: str, **options: Any) -> None:
+        if self._only is None or names[0] in self._only:
+            self._group.add_argument(*names, **options)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """The flags of `tpu-watchdog run` and `config`; `only` names the few another command uses, so its
+    --help lists no flag it would ignore and it refuses one. Values are checked by `load_config`, not
+    argparse, so a bad one is a configuration error (exit 78) that names the flag."""
+    heading = "configuration (flags override TPU_WATCHDOG_* variables and the file)"
+    group = _Only(parser.add_argument_group(heading), only)
     group.add_argument(
         "--config", metavar="FILE", help=f"TOML configuration file (default {DEFAULT_CONFIG_PATH})"
     )
@@ -158,21 +171,6 @@ def _fail(origin: str, setting: Setting, problem: str) -> ConfigError:
     return ConfigError(f"{origin}: {setting.key}: {problem}; allowed: {setting.allowed}")
 
 
-def _suggest(unknown: str, known: list[str]) -> str:
-    """' (did you mean X?)' for the known name whose full spelling or any tail of it ("grace" of
-    "drain.maintenance_grace") is closest to `unknown`, or '' when none is close."""
-    unknown = unknown.removeprefix(ENV_PREFIX).lower()
-    best, best_score = "", 0.6
-    for name in known:
-        words = re.split(r"[._]", name.removeprefix(ENV_PREFIX).lower())
-        for start in range(len(words)):
-            tail = "_".join(words[start:])
-            score = difflib.SequenceMatcher(None, unknown.replace(".", "_"), tail).ratio()
-            if score > best_score:
-                best, best_score = name, score
-    return f" (did you mean {best!r}?)" if best else ""
-
-
 def _config_path(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, Source, bool]:
     flag = getattr(args, "config", None)
     if flag:
@@ -214,7 +212,7 @@ def _flatten(document: dict[str, Any], path: str) -> dict[str, object]:
                 if key not in BY_KEY:
                     siblings = [k.rpartition(".")[2] for k in BY_KEY if k.startswith(name + ".")]
                     raise ConfigError(
-                        f"{path}: unknown key {key!r}{_suggest(key, list(BY_KEY))}; "
+                        f"{path}: unknown key {key!r}{suggest(key, list(BY_KEY))}; "
                         f"known in [{name}]: {', '.join(siblings)}"
                     )
                 flat[key] = item
@@ -223,7 +221,7 @@ def _flatten(document: dict[str, Any], path: str) -> dict[str, object]:
         else:
             known = list(BY_KEY) + sorted(SECTIONS)
             raise ConfigError(
-                f"{path}: unknown key {name!r}{_suggest(name, known)}; known top-level keys: "
+                f"{path}: unknown key {name!r}{suggest(name, known)}; known top-level keys: "
                 f"{', '.join(top_level)}; tables: {', '.join(sorted(SECTIONS))}"
             )
     return flat
@@ -318,7 +316,7 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             continue
         if name not in BY_ENV:
             raise ConfigError(
-                f"environment: unknown variable {name}{_suggest(name, [*BY_ENV, CONFIG_ENV])}; "
+                f"environment: unknown variable {name}{suggest(name, [*BY_ENV, CONFIG_ENV])}; "
                 f"unset it, or see `tpu-watchdog config --help` for the known ones"
             )
         setting = BY_ENV[name]

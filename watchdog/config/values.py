@@ -6,6 +6,7 @@ what is allowed, so every message an SRE sees names the file/variable/flag, the 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import math
 import re
@@ -143,6 +144,21 @@ def strings(value: object, *, absolute_path: bool = False, non_empty: bool = Fal
     if non_empty and not value:
         raise BadValueError("an empty list is not allowed")
     return tuple(string(item, absolute_path=absolute_path) for item in value)
+
+
+def networks(value: object) -> tuple[str, ...]:
+    """IP networks in CIDR form (`127.0.0.0/8`, `::1/128`, a bare address is its /32 or /128), written back
+    normalised; an empty list is allowed (nobody)."""
+    result = []
+    for item in strings(value):
+        try:
+            result.append(str(ipaddress.ip_network(item.strip(), strict=True)))
+        except ValueError as error:
+            hint = ""
+            with contextlib.suppress(ValueError):
+                hint = f" (did you mean {ipaddress.ip_network(item.strip(), strict=False)}?)"
+            raise BadValueError(f"{show(item)} is not an IP network: {error}{hint}") from None
+    return tuple(result)
 
 
 def integers(value: object, *, minimum: int) -> tuple[int, ...]:

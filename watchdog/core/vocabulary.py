@@ -56,6 +56,9 @@ def as_on_timeout(text: str) -> OnTimeout:
     raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {text!r}")
 
 
+# Who may read /status (pids, process names, devices): this host only, unless http.status_allow widens it.
+LOOPBACK_NETWORKS: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+
 DEFAULT_MAINTENANCE_GRACE = 300.0  # Cloud TPU: SIGTERM, then up to 5 minutes before maintenance proceeds
 DEFAULT_PREEMPTION_GRACE = 25.0  # Spot and preemptible VMs get about 30 s
 

@@ -17,6 +17,8 @@ from watchdog.core.clock import Clock
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
+from watchdog.daemon.reload import Reloader
+from watchdog.daemon.sighup import ReloadRequests
 from watchdog.host.holders import scanner_for
 from watchdog.metadata.backoff import Backoff
 from watchdog.metadata.errors import ErrorKind
@@ -44,6 +46,8 @@ class Wiring:
     host_info: bool = True  # read the instance's identity from the metadata server
     wedge_file: str | None = None  # test-only fault switch (see Daemon._wedge_if_asked)
     confirm_wait: float = CONFIRM_WAIT
+    reload_config: Callable[[], Config] | None = None  # what a reload reads; None: the config as given
+    reloads: ReloadRequests | None = None  # SIGHUP's pipe (`run` installs the handler); None: no SIGHUP
 
 
 @dataclass
@@ -88,4 +92,8 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         wedge_file=wiring.wedge_file,
         confirm_wait=wiring.confirm_wait,
     )
+    if wiring.reload_config is not None:
+        daemon.reloader = Reloader(wiring.reload_config)
+    if wiring.reloads is not None:
+        wiring.reloads.forward(daemon.inbox.put)
     return Built(daemon, transport, metrics, store, host)

@@ -38,8 +38,10 @@ from watchdog.daemon.drain import Scanner
 from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
+from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
+from watchdog.daemon.sighup import ReloadAsked
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
@@ -86,7 +88,8 @@ class Daemon:
         self.hooks = hooks
         self.notifier = notifier
         self.metrics = metrics
-        self.inbox: queue.Queue[WatchEvent | DrainDone | None] = queue.Queue()  # None: stop
+        self.inbox: queue.Queue[WatchEvent | DrainDone | ReloadAsked | None] = queue.Queue()  # None: stop
+        self.reloader = Reloader(lambda: config)  # SIGHUP; compose gives it the real loader
         self.watcher = watcher_factory(self.inbox.put)
         saved = store.state
         self.lifecycle = Lifecycle.restored(
@@ -168,9 +171,12 @@ class Daemon:
         except Exception:  # nothing may take the watchdog down; the error is logged whole
             log.exception("internal error in %s: the daemon carries on", getattr(step, "__name__", step))
 
-    def _handle(self, message: WatchEvent | DrainDone) -> None:
+    def _handle(self, message: WatchEvent | DrainDone | ReloadAsked) -> None:
         if isinstance(message, DrainDone):
             self._drain_done(message.record)
+            return
+        if isinstance(message, ReloadAsked):
+            self.reloader.reload(self)
             return
         self._answered.add(message.key)
         if isinstance(message, ValueChanged):
@@ -179,7 +185,7 @@ class Daemon:
             self.reporter.metadata_failed(message)
         elif isinstance(message, KeyUnsupported):
             source = source_of(message.key)
-            if source in self.view.values:
+            if self.reporter.metadata_unsupported(message.key):
                 # It answered in this run: a passing 404 (a server hiccup) is no reason to drop an event.
                 log.warning("metadata %s answers 404 after answering before: asking again", message.key)
                 return
@@ -272,6 +278,7 @@ class Daemon:
         )  # fmt: skip
         self.runner.persisted.set()
         self.reporter.persistence()
+        self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end
         state = self.lifecycle.state.value
         self.metrics.set_state(state)
         if self.lifecycle.drain is None:

@@ -15,7 +15,7 @@ from watchdog.core.metadata_values import (
     WatchedValue,
 )
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.core.vocabulary import MAINTENANCE_EVENT, SigtermDisposition, source_of
+from watchdog.core.vocabulary import MAINTENANCE_EVENT, UPCOMING_MAINTENANCE, SigtermDisposition, source_of
 from watchdog.daemon.view import StatusView
 from watchdog.metadata.watch import WatchFailed
 from watchdog.store.statefile import StateStore
@@ -91,6 +91,17 @@ class Reporter:
                 )  # fmt: skip
         self._unready = set(unready)
         self._said_unready &= self._unready  # only processes still holding are remembered
+
+    def metadata_unsupported(self, key: str) -> bool:
+        """A 404: the key's last value is no longer announced, so it leaves /status and its metrics (an
+        upcoming-maintenance window must not stay on the dashboard, nor drive drain_before_window).
+        True if the key had answered in this run (a passing 404, then)."""
+        source = source_of(key)
+        answered = source in self.view.values
+        self.view.values = {name: value for name, value in self.view.values.items() if name != source}
+        if source == UPCOMING_MAINTENANCE.source:
+            self.metrics.set_window(None, None)
+        return answered
 
     def persistence(self) -> None:
         """A state file that cannot be written is loud: metric, /status, STATUS=, and an error per change.

@@ -22,8 +22,9 @@ from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.metadata.watch import MetadataWatcher, WatchMode
 
 LOOP_SILENT_AFTER = 30.0  # /healthz and /livez fail when the loop has not ticked for this long
-# /healthz fails when a watched key has had no good answer for this long: errors retried within it are
-# weather (a 503 storm, a restart of the metadata server); past it, this host could miss an event.
+# /healthz fails when a watched key has had no good answer for this long (or none yet since start): errors
+# retried within it are weather (a 503 storm, a restart of the metadata server); past it, this host could
+# miss an event.
 METADATA_TOLERANCE = 180.0
 
 
@@ -92,8 +93,10 @@ class StatusView:
         return True, "ok"
 
     def health(self) -> tuple[bool, str]:
-        """Live, and every watched key answered well within `metadata_tolerance` (errors are retried
-        meanwhile and counted in tpu_watchdog_metadata_errors_total)."""
+        """Live, every watched key has answered since start, and each answered well within
+        `metadata_tolerance` (errors are retried meanwhile and counted in
+        tpu_watchdog_metadata_errors_total). Before its first good answer a key is not healthy: until
+        then the daemon cannot know whether an event is on (the first answer normally takes milliseconds)."""
         live, reason = self.liveness()
         if not live:
             return live, reason
@@ -101,12 +104,15 @@ class StatusView:
         for status in self.watcher.statuses():
             if status.mode in (WatchMode.UNSUPPORTED, WatchMode.STOPPED):
                 continue
-            since = status.last_success or self._started
-            if now - since > self.metadata_tolerance:
-                error = status.last_error.value if status.last_error else "no answer"
-                what = "no good answer" if status.last_success else "no good answer since start"
+            error = status.last_error.value if status.last_error else "none yet"
+            if status.last_success is None:
                 return False, (
-                    f"unhealthy: {what} from {status.key} for {now - since:.0f} s "
+                    f"unhealthy: no good answer yet from {status.key} since start {now - self._started:.0f} "
+                    f"s ago (last error: {error})"
+                )
+            if now - status.last_success > self.metadata_tolerance:
+                return False, (
+                    f"unhealthy: no good answer from {status.key} for {now - status.last_success:.0f} s "
                     f"(tolerance {self.metadata_tolerance:g} s; last error: {error})"
                 )
         return True, "ok"

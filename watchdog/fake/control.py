@@ -1,5 +1,6 @@
 """The fake's control API under /_fake/ (a prefix no metadata path can have): change values, inject faults,
-read the request log. No flavor header needed; these requests are not logged as metadata requests.
+read the request log. No flavor header needed; these requests are not logged as metadata requests. Body
+formats, fault fields and curl examples: docs/fake-metadata.md.
 
     PUT    /_fake/v1/<key>[?status=N]  body = the value (JSON for upcoming-maintenance or a JSON content type)
     GET    /_fake/v1/<key>             the stored value, status and ETag
@@ -29,6 +30,10 @@ from watchdog.fake.store import Leaf, MetadataStore, normalize_key, parse_value
 
 PREFIX = "/_fake/"
 MAX_BODY = 1024 * 1024
+SERVED = (
+    "PUT, GET or DELETE /_fake/v1/<key>; POST /_fake/reset; POST /_fake/identity; "
+    "POST, GET or DELETE /_fake/faults; GET /_fake/requests"
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ def handle_control(
     except ValueError as exc:  # includes bad JSON and bad keys: the caller's mistake, said plainly
         return _fail(400, str(exc))
     return _fail(
-        404, f"no control endpoint {request.path!r}; see the module docstring of watchdog.fake.control"
+        404, f"no control endpoint {request.path!r}; the control API serves {SERVED} (docs/fake-metadata.md)"
     )
 
 

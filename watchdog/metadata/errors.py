@@ -11,6 +11,7 @@ class ErrorKind(enum.Enum):
     CONNECTION_REFUSED = "connection_refused"
     CONNECTION_RESET = "connection_reset"
     TIMEOUT = "timeout"
+    DNS = "dns"  # the metadata server's name did not resolve (metadata.google.internal, GCE_METADATA_HOST)
     HTTP_5XX = "http_5xx"
     HTTP_429 = "http_429"
     HTTP_403 = "http_403"

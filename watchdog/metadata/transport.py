@@ -152,11 +152,14 @@ _TIMEOUT_TYPES = (TimeoutError, socket.timeout, urllib3.exceptions.TimeoutError,
 
 
 def classify_exception(exc: BaseException) -> ErrorKind:
-    """The kind of a requests/urllib3/socket failure; refused is checked first, as urllib3's
-    NewConnectionError is (for history's sake) a subclass of its connect-timeout error."""
+    """The kind of a requests/urllib3/socket failure; refused and a name that does not resolve are
+    checked first, as urllib3's NewConnectionError (and its NameResolutionError) is, for history's sake, a
+    subclass of its connect-timeout error. Every urllib3 version wraps the resolver's socket.gaierror."""
     chain = _causes(exc)
     if any(isinstance(e, ConnectionRefusedError) for e in chain):
         return ErrorKind.CONNECTION_REFUSED
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return ErrorKind.DNS
     if any(isinstance(e, _RESET_TYPES) for e in chain):
         return ErrorKind.CONNECTION_RESET
     if any(isinstance(e, _TIMEOUT_TYPES) for e in chain):

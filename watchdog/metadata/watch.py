@@ -260,7 +260,8 @@ class KeyWatch:
         """Say once that the key is missing (404); the loop keeps asking, every unsupported_recheck_sec."""
         if self.status().mode is WatchMode.UNSUPPORTED:
             return
-        self._update(mode=WatchMode.UNSUPPORTED)
+        self._update(mode=WatchMode.UNSUPPORTED, value=None)  # the last value is no longer announced
+        self._etag = None
         log.warning(
             "%s: not supported on this machine (404); asking again every %g s",
             self.key,

@@ -42,11 +42,7 @@ class StateDirLock:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
             fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as error:
-            raise StateDirError(
-                error.errno,
-                f"state dir {self.dir}: cannot open it to lock it ({error.strerror}); it must be a "
-                "directory (not a symlink); fix it or choose another with --state-dir",
-            ) from None
+            raise StateDirError.unusable(self.dir, error) from None
         stop = stop or threading.Event()
         began = time.monotonic()
         while True:

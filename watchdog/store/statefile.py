@@ -38,6 +38,46 @@ log = logging.getLogger(__name__)
 class StateDirError(OSError):
     """The state directory cannot be created or written; the message names the path and the fix."""
 
+    @classmethod
+    def unusable(cls, state_dir: str, error: OSError) -> StateDirError:
+        """Why `state_dir` (or a parent of it) cannot be the state directory, in words, with the fix."""
+        fix = "choose another with --state-dir (or state_dir in the config file)"
+        blocker = _first_non_directory(state_dir)
+        if blocker == os.path.abspath(state_dir):
+            problem = f"state dir {state_dir} is a file, not a directory: remove it, or {fix}"
+        elif blocker is not None:
+            problem = f"state dir {state_dir}: {blocker} is a file, not a directory; {fix}"
+        elif os.path.islink(state_dir):
+            problem = (
+                f"state dir {state_dir} is a symlink: never followed (whoever can change it could point "
+                f"the daemon elsewhere); use the directory it points to, or {fix}"
+            )
+        elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            problem = (
+                f"state dir {state_dir}: cannot create it ({error.strerror}): fix its permissions, or {fix}"
+            )
+        else:
+            problem = f"state dir {state_dir}: cannot use it ({error.strerror}); {fix}"
+        return cls(error.errno, problem)
+
+
+def _first_non_directory(path: str) -> str | None:
+    """The first of `path` and its parents that exists and is not a directory (`path` itself not
+    followed if it is a symlink), or None."""
+    path = os.path.abspath(path)
+    parts = path.split(os.sep)
+    for end in range(2, len(parts) + 1):
+        prefix = os.sep.join(parts[:end])
+        try:
+            info = os.lstat(prefix) if prefix == path else os.stat(prefix)
+        except OSError:
+            return None  # missing (or unreadable): nothing in the way that a file could explain
+        if stat.S_ISLNK(info.st_mode):
+            return None  # the state dir itself is a symlink: said as such
+        if not stat.S_ISDIR(info.st_mode):
+            return prefix
+    return None
+
 
 def read_boot_id(path: str = BOOT_ID_PATH) -> str:
     """This boot's id ('' if unreadable). Process start times count from boot, so a state file written in
@@ -168,11 +208,7 @@ class StateStore:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
             info = os.stat(self.dir)
         except OSError as error:
-            raise StateDirError(
-                error.errno,
-                f"state dir {self.dir}: cannot create it ({error.strerror}); "
-                "fix its permissions or choose another with --state-dir",
-            ) from None
+            raise StateDirError.unusable(self.dir, error) from None
         if info.st_uid != os.geteuid():
             raise StateDirError(
                 errno.EPERM,

@@ -1,7 +1,9 @@
 """The daemon's one HTTP listener: /metrics, /livez, /healthz, /readyz, /status. Read-only by construction.
 
 GET and HEAD only (anything else is 405 with an Allow header); no endpoint changes anything, so exposing it
-to a Prometheus server is safe. The answers come from a `Surface` the daemon implements.
+to a Prometheus server is safe. /metrics and the probes are served to every client; /status (pids, process
+names, devices) only to the networks in `status_allow` (loopback unless the site widens it), 403 for the
+rest. The answers come from a `Surface` the daemon implements.
 
 The listener reads request heads itself, under one deadline per head, and parses them strictly under fixed
 limits (httphead.py), because http.server waits forever on a silent client, allows 64 KiB lines and 100
@@ -11,16 +13,19 @@ bodies are fixed per status.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from watchdog.core.vocabulary import LOOPBACK_NETWORKS
 from watchdog.surface.httphead import (
     HEAD_END,
     RequestError,
@@ -36,6 +41,7 @@ MAX_CONNECTIONS = 32  # handled at once; beyond it a connection is closed at acc
 _TEXT = "text/plain; charset=utf-8"
 _ERRORS = {  # fixed bodies: nothing from the request is ever echoed back
     400: b"bad request\n",
+    403: b"forbidden: /status is served only to the networks in http.status_allow (loopback by default)\n",
     404: b"not found\n",
     405: b"method not allowed: read-only endpoint\n",
     413: b"request bodies are refused: read-only endpoint\n",
@@ -167,6 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
             ok, reason = checks[path]()
             return 200 if ok else 503, _TEXT, f"{reason}\n".encode()
         if path == "/status":
+            if not self.server.allowed(self.client_address[0]):
+                return 403, _TEXT, _ERRORS[403]
             status = json.dumps(surface.status(), indent=2, sort_keys=True).encode() + b"\n"
             return 200, "application/json", status
         if path == "/":
@@ -203,6 +211,15 @@ class _Server(ThreadingHTTPServer):
     surface: Surface
     connection_timeout: float
     slots: threading.BoundedSemaphore
+    status_allow: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+
+    def allowed(self, client: str) -> bool:
+        """May `client` (an address as accepted: IPv4 arrives as ::ffff:a.b.c.d on an IPv6 socket) read
+        /status?"""
+        address = ipaddress.ip_address(client)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in self.status_allow)
 
     def process_request(
         self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
@@ -243,6 +260,7 @@ class HttpSurface:
         surface: Surface,
         connection_timeout: float = CONNECTION_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        status_allow: Sequence[str] = LOOPBACK_NETWORKS,
     ) -> None:
         host, port = parse_listen(listen)
         server_class = _Server6 if ":" in host else _Server
@@ -250,6 +268,7 @@ class HttpSurface:
         self._server.surface = surface
         self._server.connection_timeout = connection_timeout
         self._server.slots = threading.BoundedSemaphore(max_connections)
+        self._server.status_allow = tuple(ipaddress.ip_network(n) for n in status_allow)
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 
     @property

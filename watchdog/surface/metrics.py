@@ -2,15 +2,18 @@
 
 Every series exists from start-up (zero-initialised), and labels are bounded: a state, a key value class, a
 signal, an outcome, an endpoint and an error kind. Never a PID or an event id: those go to the journal.
+No `_created` series: see `NoCreatedRegistry`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.samples import Sample
 
 from watchdog import __version__
 from watchdog.core.identity import LABELS as HOST_LABELS
@@ -29,11 +32,31 @@ DISPOSITIONS = tuple(disposition.value for disposition in SigtermDisposition)
 DRAIN_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 240, 300, 310, 330, 360, 600)
 
 
+class NoCreatedRegistry(CollectorRegistry):
+    """A registry that leaves out the `_created` sample prometheus_client adds to every counter and
+    histogram: an undocumented series per label set, which nothing here alerts or graphs on. Filtered at
+    collect time, because `disable_created_metrics()` is process-wide and only exists from
+    prometheus-client 0.17 on, while Ubuntu 22.04's python3-prometheus-client (what the .deb uses) is 0.9."""
+
+    def collect(self) -> Iterator[Metric]:
+        for family in super().collect():
+            kept = [s for s in family.samples if not s.name.endswith("_created")]
+            if len(kept) != len(family.samples):
+                family = _with_samples(family, kept)
+            yield family
+
+
+def _with_samples(family: Metric, samples: list[Sample]) -> Metric:
+    copy = Metric(family.name, family.documentation, family.type, family.unit)
+    copy.samples = samples
+    return copy
+
+
 class Metrics:
     """All series of one daemon, on its own registry (tests run several daemons in one process)."""
 
     def __init__(self, error_kinds: Iterable[str] = (), registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else NoCreatedRegistry()
         r = self.registry
         ProcessCollector(registry=r)
         self.state = Gauge("tpu_watchdog_state", "1 for the daemon's current state.", ["state"], registry=r)

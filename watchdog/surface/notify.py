@@ -1,4 +1,4 @@
-"""Telling systemd how the daemon is doing (sd_notify): READY, STATUS, WATCHDOG pings, STOPPING.
+"""Telling systemd how the daemon is doing (sd_notify): READY, STATUS, WATCHDOG pings, RELOADING, STOPPING.
 
 Without NOTIFY_SOCKET (not under systemd, or not Type=notify) every call is a no-op. A NOTIFY_SOCKET that
 cannot be reached is worth one warning, never a crash: the daemon's job matters more than its bookkeeping.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,12 @@ class Notifier:
 
     def ready(self, status: str) -> None:
         self._notify(f"READY=1\nSTATUS={_one_line(status)}")
+
+    def reloading(self, status: str) -> None:
+        """RELOADING=1 until the next READY=1; MONOTONIC_USEC is what systemd 253's Type=notify-reload
+        requires (older managers ignore it)."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self._notify(f"RELOADING=1\nMONOTONIC_USEC={usec}\nSTATUS={_one_line(status)}")
 
     def status(self, status: str) -> None:
         self._notify(f"STATUS={_one_line(status)}")

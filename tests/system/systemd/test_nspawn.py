@@ -213,6 +213,27 @@ def test_watchdog_kills_and_restarts_a_wedged_daemon(daemon: Container) -> None:
     assert any("status=6/ABRT" in m for m in messages), messages[-10:]
 
 
+def test_reload_rereads_the_file_and_a_bad_one_changes_nothing(daemon: Container) -> None:
+    """`systemctl reload` (ExecReload=/bin/kill -HUP $MAINPID): the daemon answers RELOADING=1, then READY=1
+    with the outcome in Status:; the same process goes on, a bad file refused with the reason."""
+    before = show(daemon)
+    daemon.write(CONFIG, GOOD_CONFIG + "[drain]\nmaintenance_grace = 120\n")
+    try:
+        daemon.run("systemctl", "reload", UNIT)
+        said = wait_for(lambda: show(daemon)["StatusText"], 20, 0.1, "Status: after the reload")
+        assert said.startswith("reloaded (1 setting(s) changed); idle"), said
+        daemon.write(CONFIG, "[drain]\nmaintenance_grace = -1\n")
+        daemon.run("systemctl", "reload", UNIT)
+        refused = "reload refused (configuration unchanged)"
+        wait_for(lambda: show(daemon)["StatusText"].startswith(refused), 20, 0.1, "Status: after the refusal")
+        assert "maintenance_grace" in show(daemon)["StatusText"]
+        after = show(daemon)
+        assert (after["ActiveState"], after["SubState"]) == ("active", "running")
+        assert (after["MainPID"], after["NRestarts"]) == (before["MainPID"], "0")
+    finally:
+        daemon.write(CONFIG, GOOD_CONFIG)
+
+
 def test_stop_is_clean_and_fast(daemon: Container) -> None:
     start = time.monotonic()
     daemon.run("systemctl", "stop", UNIT)

@@ -1,0 +1,140 @@
+"""`systemctl reload tpu-watchdog` (SIGHUP): read the configuration again; apply what can change live.
+
+Live (`LIVE`): the drain policy (graces, events.*, upcoming_maintenance.*), the hooks and log_level. The
+rest is what the daemon was built from (its state dir and lock, its listener, the metadata server, which
+devices and processes a scan sees, dry run, on_timeout, the log format): a change there is reported as
+needing a restart and the running value is kept.
+
+An event in progress keeps the policy it started under, so a drain in progress keeps its deadline and its
+rules: the new policy takes over once no event is on (a restart applies it at once; the drain resumes with
+its deadline, which can then only move earlier). A file that does not load (bad TOML, a bad value, an
+untrusted hook) changes nothing: the old configuration stays and the reason is logged and sent to systemd.
+Under systemd: RELOADING=1 first, then READY=1 with the outcome in STATUS= (sd_notify(3)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from watchdog.config.policy import policy_from_config
+from watchdog.config.schema import BY_KEY, SETTINGS
+from watchdog.config.settings import Config, ConfigError
+from watchdog.core.lifecycle import Lifecycle
+from watchdog.core.policy import Policy
+from watchdog.daemon.reporting import Reporter
+from watchdog.daemon.view import StatusView
+from watchdog.surface.hooks import HookRunner
+from watchdog.surface.notify import Notifier
+
+log = logging.getLogger("tpu-watchdog")
+
+_POLICY = ("drain.maintenance_grace", "drain.preemption_grace", "events.migrate", "events.unknown",
+           "upcoming_maintenance.drain_before_window", "upcoming_maintenance.drain_when_ongoing")  # fmt: skip
+_AT_ONCE = (
+    "hooks.on_event_start",
+    "hooks.on_drain_end",
+    "hooks.on_event_clear",
+    "hooks.timeout",
+    "log_level",
+)
+LIVE = frozenset(_POLICY + _AT_ONCE)  # the settings a reload changes; every other one needs a restart
+
+
+class Reloadable(Protocol):
+    """What a reload changes in the daemon (daemon/loop.py's Daemon)."""
+
+    config: Config
+    policy: Policy
+    hooks: HookRunner
+    reporter: Reporter
+    lifecycle: Lifecycle
+    notifier: Notifier
+    view: StatusView
+
+
+class Reloader:
+    """Carries out reloads for one daemon; `load` reads the configuration as at start-up (the same
+    flags and environment, the file read again)."""
+
+    def __init__(self, load: Callable[[], Config]) -> None:
+        self._load = load
+        self._pending: Config | None = None  # a policy waiting for the event in progress to end
+
+    def reload(self, daemon: Reloadable) -> None:
+        daemon.notifier.reloading("reloading the configuration")
+        old = daemon.config
+        try:
+            new = self._load()
+        except ConfigError as error:
+            self._refused(daemon, str(error))
+            return
+        except Exception as error:  # logged whole (log.exception): a reload must never take the daemon down
+            log.exception("reload: reading the configuration failed")
+            self._refused(daemon, f"{type(error).__name__}: {error}")
+            return
+        changed = [s.key for s in SETTINGS if new.value(s.key) != old.value(s.key)]
+        restart = [key for key in changed if key not in LIVE]
+        live = [key for key in changed if key in LIVE]
+        values: dict[str, Any] = {BY_KEY[key].attr: new.value(key) for key in live}
+        sources = {**old.sources, **{key: new.source(key) for key in live}}
+        daemon.config = dataclasses.replace(old, **values, sources=sources)
+        fresh = HookRunner.from_config(daemon.config)
+        daemon.hooks.commands, daemon.hooks.timeout = fresh.commands, fresh.timeout
+        logging.getLogger().setLevel(daemon.config.log_level.upper())
+        if any(key in _POLICY for key in live) or self._pending is not None:
+            self._pending = daemon.config  # the newest policy, waiting or not
+        waits = self._pending is not None and bool(daemon.lifecycle.events)
+        if self._pending is not None and not waits:
+            self._apply_policy(daemon, self._pending)
+            self._pending = None
+        said = _describe(old, new, live, restart, waits)
+        log.log(
+            logging.WARNING if restart else logging.INFO,  # a change that did not happen is worth a warning
+            "configuration reloaded from %s: %s", new.config_file or "no file (defaults)", said,
+        )  # fmt: skip
+        short = f"{len(live)} setting(s) changed" + (
+            f", restart needed for {', '.join(restart)}" if restart else ""
+        )
+        daemon.notifier.ready(f"reloaded ({short}); {daemon.view.summary()}")
+
+    def settle(self, daemon: Reloadable) -> None:
+        """After a change of the lifecycle: a policy that waited for the event in progress applies now."""
+        if self._pending is not None and not daemon.lifecycle.events:
+            self._apply_policy(daemon, self._pending)
+            self._pending = None
+            log.info("the reloaded drain settings apply now: the event in progress is over")
+
+    def _apply_policy(self, daemon: Reloadable, config: Config) -> None:
+        daemon.policy = policy_from_config(config)
+        daemon.reporter.unknown_event_action = config.unknown_event_action
+
+    def _refused(self, daemon: Reloadable, why: str) -> None:
+        log.error("reload refused, the configuration in use is unchanged: %s", why)
+        daemon.notifier.ready(f"reload refused (configuration unchanged): {why}")
+
+
+def _describe(old: Config, new: Config, live: list[str], restart: list[str], waits: bool) -> str:
+    """One line: what changed now, what waits for the event in progress, what needs a restart."""
+
+    def change(key: str) -> str:
+        return f"{key} {_shown(old.value(key))} -> {_shown(new.value(key))}"
+
+    parts = []
+    now = [change(k) for k in live if not (waits and k in _POLICY)]
+    later = [change(k) for k in live if waits and k in _POLICY]
+    if now:
+        parts.append("applied " + ", ".join(now))
+    if later:
+        parts.append("after the event in progress: " + ", ".join(later))
+    if restart:  # named, not shown: a restart-only value may be a secret (a webhook URL)
+        parts.append(f"needs `systemctl restart tpu-watchdog` (the old value stays): {', '.join(restart)}")
+    return "; ".join(parts) or "nothing changed"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return "unset" if value is None else str(value)
