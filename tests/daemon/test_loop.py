@@ -211,10 +211,11 @@ def test_dry_run_decides_everything_and_sends_nothing(
     bystander = workloads.start("report")
     with DaemonHarness(state_dir, fake, workloads, dry_run=True, maintenance_grace=1.0) as harness:
         fake.set(MAINTENANCE, TERMINATE)
-        harness.wait_state("timed_out")
+        harness.wait_state("drained")  # a rehearsal's timed_out is never the daemon's state
         record = harness.daemon.view.last_record
         assert record is not None
         assert record.dry_run
+        assert harness.daemon.lifecycle.last_outcome == "timed_out"
         assert bystander.identity in record.processes
         assert harness.daemon.view.status()["dry_run"]
         assert harness.metric(SIGNALS, signal="SIGTERM") == 0  # nothing sent, nothing counted

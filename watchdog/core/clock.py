@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import time
 from typing import Protocol
 
@@ -24,3 +25,20 @@ class SystemClock:
 
     def wall(self) -> float:
         return time.time()
+
+
+def utc_text(wall: float) -> str:
+    """RFC 3339 in UTC with a Z, to the millisecond: `2026-12-01T13:45:01.123Z` (history, status)."""
+    whole = int(wall // 1)
+    millis = min(999, round((wall - whole) * 1000))
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+def parse_utc_text(text: str) -> float:
+    """The epoch seconds of a `utc_text` time (0.0 when `text` is not one: an unreadable time is old)."""
+    head, _, millis = text.rstrip("Z").partition(".")
+    try:
+        whole = calendar.timegm(time.strptime(head, "%Y-%m-%dT%H:%M:%S"))
+        return whole + (int(millis[:3].ljust(3, "0")) / 1000 if millis else 0.0)
+    except ValueError:
+        return 0.0

@@ -84,6 +84,7 @@ class ProcessRecord:
     ended_at: float | None = None
     exit_status: ExitStatus | None = None
     late_arrival: bool = False  # opened a device after the drain's first wave (e.g. a restarted job)
+    uid: int | None = None  # its owner (the history names the user); None: not known
 
     def sent(self, signum: int) -> list[SentSignal]:
         return [s for s in self.signals if s.signum == signum and s.result is SignalResult.SENT]

@@ -121,6 +121,7 @@ class Lifecycle:
     events: dict[str, Event] = field(default_factory=dict)  # by source
     drain: ActiveDrain | None = None
     last_outcome: str | None = None
+    rehearsed: bool = False  # the last drain was a dry run: its outcome is not the daemon's state
 
     @classmethod
     def restored(
@@ -129,11 +130,12 @@ class Lifecycle:
         drain: ActiveDrain | None,
         last_outcome: str | None,
         default_grace: float = DEFAULT_MAINTENANCE_GRACE,
+        rehearsed: bool = False,
     ) -> Lifecycle:
         """The lifecycle a state file describes: its events unconfirmed (and, from files written before
         events had deadlines, `default_grace` after they were first seen). A drain none of whose events is
         still active was being cancelled when the daemon stopped: it is over (cancelled), not resumed."""
-        life = cls(last_outcome=last_outcome)
+        life = cls(last_outcome=last_outcome, rehearsed=rehearsed)
         for e in events:
             deadline = e.deadline if e.deadline is not None else e.first_seen + default_grace
             life.events[e.source] = replace(e, deadline=deadline, confirmed=False)
@@ -149,6 +151,8 @@ class Lifecycle:
         if self.drain is not None:
             return DaemonState.DRAINING
         if self.events and self.last_outcome is not None:
+            if self.rehearsed:
+                return DaemonState.DRAINED  # a rehearsal's outcome is what it would have been, not a state
             return _STATE_AFTER.get(self.last_outcome, DaemonState.DRAINED)
         return DaemonState.IDLE
 
@@ -176,9 +180,10 @@ class Lifecycle:
         # else: the running drain is being cancelled; this event gets its own drain when it has ended.
         return actions
 
-    def drain_finished(self, outcome: str, now: float) -> list[Action]:
+    def drain_finished(self, outcome: str, now: float, rehearsed: bool = False) -> list[Action]:
         """The drain engine is done. Its events are covered: they never drain again. An event that
-        started while the drain was being cancelled gets its own drain now."""
+        started while the drain was being cancelled gets its own drain now. `rehearsed`: it was a dry
+        run (the daemon is `drained`, whatever the rehearsal's outcome)."""
         if self.drain is None:
             return []
         covered = set(self.drain.event_ids)
@@ -186,7 +191,7 @@ class Lifecycle:
             if event.event_id in covered:
                 event.drained = True
         self.drain = None
-        self.last_outcome = outcome
+        self.last_outcome, self.rehearsed = outcome, rehearsed
         return self.start_waiting(now)
 
     def start_waiting(self, now: float) -> list[Action]:

@@ -38,6 +38,7 @@ from watchdog.daemon.drain import Scanner
 from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
+from watchdog.daemon.recorder import DrainRecorder
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
@@ -45,6 +46,7 @@ from watchdog.daemon.sighup import ReloadAsked
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
+from watchdog.store.history import DrainHistory
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookContext, HookRunner
 from watchdog.surface.logs import fields
@@ -78,6 +80,7 @@ class Daemon:
         identity: Fetch | None = None,
         wedge_file: str | None = None,
         confirm_wait: float = CONFIRM_WAIT,
+        history: DrainHistory | None = None,
     ) -> None:
         self.config = config
         self.stop = stop
@@ -93,9 +96,13 @@ class Daemon:
         self.watcher = watcher_factory(self.inbox.put)
         saved = store.state
         self.lifecycle = Lifecycle.restored(
-            saved.events, saved.drain, saved.last_outcome, config.maintenance_grace
+            saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run
         )
+        self.history = history or DrainHistory(store.dir, clock=self.clock)
+        self.recorder = DrainRecorder(self.history, store, config, metrics, self.clock)
+        self.recorder.restored(saved, self.lifecycle)
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
+        self.view.history, self.view.live_entry = self.history, self.recorder.live
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
         self._identity = identity
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
@@ -209,6 +216,7 @@ class Daemon:
         heard = max((s.last_success or 0.0 for s in self.watcher.statuses()), default=0.0)
         if heard:
             self.metrics.metadata_last_success.set(heard)
+        self.recorder.tick(now)
         interval = self.notifier.watchdog_interval
         if interval is not None and now >= self._next_ping:
             self.notifier.watchdog()
@@ -274,10 +282,11 @@ class Daemon:
         intents, self._intents = self._intents, []
         self.store.save_lifecycle(
             life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
-            intents=intents,
+            intents=intents, last_dry_run=life.rehearsed,
         )  # fmt: skip
         self.runner.persisted.set()
         self.reporter.persistence()
+        self.recorder.seen(life)  # after the state file: the history never delays a signal
         self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end
         state = self.lifecycle.state.value
         self.metrics.set_state(state)
@@ -340,10 +349,8 @@ class Daemon:
         if outcome is Outcome.INTERRUPTED:
             return  # the daemon is stopping: the state file keeps the drain for the next start
         drain_id = self._drain_id()
-        waiting = self.lifecycle.drain_finished(outcome.value, self._wall())
-        self.metrics.drains.labels(outcome.value).inc()
-        if record.ended is not None:
-            self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
+        self.recorder.finished(record, outcome, self.lifecycle)
+        waiting = self.lifecycle.drain_finished(outcome.value, self._wall(), rehearsed=record.dry_run)
         log.warning(
             "%s", record.one_line(),
             extra=fields("drain_finished", outcome=outcome.value, state=self.lifecycle.state.value,

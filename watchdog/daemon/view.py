@@ -7,6 +7,7 @@ mutated in place), so a reader sees either the old or the new value.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -20,12 +21,14 @@ from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.metadata_values import WatchedValue
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.metadata.watch import MetadataWatcher, WatchMode
+from watchdog.store.history import DrainHistory
 
 LOOP_SILENT_AFTER = 30.0  # /healthz and /livez fail when the loop has not ticked for this long
 # /healthz fails when a watched key has had no good answer for this long (or none yet since start): errors
 # retried within it are weather (a 503 storm, a restart of the metadata server); past it, this host could
 # miss an event.
 METADATA_TOLERANCE = 180.0
+RECENT_DRAINS = 5  # drains /status carries (`tpu-watchdog history` has them all)
 
 
 class StatusView:
@@ -53,6 +56,8 @@ class StatusView:
         self.identity = HostIdentity()
         self.metadata_tolerance = METADATA_TOLERANCE
         self.state_error: str | None = None  # why the state file is not being written, while it is not
+        self.history: DrainHistory | None = None
+        self.live_entry: Callable[[DrainRecord], dict[str, object] | None] = lambda _: None
         self._started = clock.wall()
         self._last_tick = clock.monotonic()
 
@@ -81,7 +86,7 @@ class StatusView:
         unsaved = "; STATE NOT PERSISTED" if self.state_error else ""
         if life.drain is not None:
             left = max(0.0, life.drain.deadline - self.clock.wall())
-            dry = " (dry run)" if self.config.dry_run else ""
+            dry = " (dry run: nothing is sent)" if self.config.dry_run else ""
             return f"{state}: {events}; {left:.0f} s to the deadline{dry}{unsaved}"
         return (f"{state}: {events}" if events else f"{state}: watching the metadata server") + unsaved
 
@@ -141,7 +146,10 @@ class StatusView:
                 "time_left": max(0.0, life.drain.deadline - now),
                 "on_timeout": self.config.on_timeout,
                 "record": record.to_dict() if record else None,
+                "processes": (self.live_entry(record) or {}).get("processes", []) if record else [],
             },
+            "recent_drains": self.history.recent(RECENT_DRAINS) if self.history else [],
+            "history_file": self._history_file(),
             "last_drain": self.last_record.to_dict() if self.last_record else None,
             "last_outcome": life.last_outcome,
             "holders": [
@@ -166,4 +174,15 @@ class StatusView:
             "host": self.identity.to_dict(),
             "state_file": {"persisted": self.state_error is None, "error": self.state_error},
             "now": now,
+        }
+
+    def _history_file(self) -> dict[str, object]:
+        history = self.history
+        if history is None:
+            return {"path": None, "persisted": True, "error": None}
+        error = history.write_error
+        return {
+            "path": history.path,
+            "persisted": error is None,
+            "error": error and str(error.strerror or error),
         }

@@ -220,6 +220,7 @@ class SavedState:
     last_outcome: str | None = None  # of the last drain, while its events are still active
     signals: tuple[SignalRecord, ...] = field(default=())  # of the current (or last) drain
     on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT
+    last_dry_run: bool = False  # the last drain was a rehearsal (absent from files of older versions)
 
     @property
     def empty(self) -> bool:
@@ -248,6 +249,7 @@ class SavedState:
             "events": [event_to_json(e) for e in self.events],
             "drain": drain_to_json(self.drain, self.on_timeout) if self.drain else None,
             "last_outcome": self.last_outcome,
+            "last_dry_run": self.last_dry_run,
             "signals": [s.to_json() for s in self.signals],
         }
 
@@ -265,6 +267,9 @@ class SavedState:
         outcome = r.data.get("last_outcome")
         if outcome is not None and not isinstance(outcome, str):
             raise StateFormatError(f"last_outcome: expected a string or null, got {outcome!r:.60}")
+        last_dry_run = r.data.get("last_dry_run", False)
+        if not isinstance(last_dry_run, bool):
+            raise StateFormatError(f"last_dry_run: expected true or false, got {last_dry_run!r:.60}")
         boot_id = r.string("boot_id")
         events = tuple(event_from_json(e.data, e.where) for e in r.items("events"))
         active, on_timeout = drain_from_json(drain.data, "drain") if drain else (None, DEFAULT_ON_TIMEOUT)
@@ -275,4 +280,5 @@ class SavedState:
             last_outcome=outcome,
             signals=tuple(SignalRecord.from_json(s.data, s.where) for s in r.items("signals")),
             on_timeout=on_timeout,
+            last_dry_run=last_dry_run,
         )

@@ -107,6 +107,7 @@ class StateStore:
         self.boot_id = read_boot_id() if boot_id is None else boot_id
         self.clock: Clock = clock or SystemClock()
         self.write_error: OSError | None = None
+        self.previous_boot: SavedState | None = None  # a file of another boot, set aside (its drain: history)
         self._lock = threading.Lock()
         self._prepare_dir()
         self._state = self._load()
@@ -125,6 +126,7 @@ class StateStore:
         *,
         on_timeout: OnTimeout,
         intents: Iterable[tuple[ProcessIdentity, int | str, str]] = (),
+        last_dry_run: bool = False,
     ) -> None:
         """The daemon's events and drain as they are now (copied: the lifecycle goes on changing its own),
         and what the drain's deadline does. A new drain (another start time) starts with no signals
@@ -147,6 +149,7 @@ class StateStore:
             state = replace(
                 state, events=saved_events, drain=saved_drain, last_outcome=last_outcome, signals=signals,
                 on_timeout=on_timeout if drain is not None else DEFAULT_ON_TIMEOUT,
+                last_dry_run=last_dry_run and last_outcome is not None,
             )  # fmt: skip
             return _with_intents(state, intents, self.clock.wall())
 
@@ -285,6 +288,7 @@ class StateStore:
             self._set_aside("corrupt", str(error))
             return clean
         if state.boot_id != self.boot_id:
+            self.previous_boot = state
             if not state.empty:
                 self._set_aside(
                     "stale", f"written in boot {state.boot_id}, this is boot {self.boot_id or '?'}"

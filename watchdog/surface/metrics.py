@@ -91,6 +91,15 @@ class Metrics:
             "tpu_watchdog_signals_sent", "Signals sent to TPU holders.", ["signal"], registry=r
         )
         self.drains = Counter("tpu_watchdog_drains", "Drains finished, by outcome.", ["outcome"], registry=r)
+        self.dry_run_drains = Counter(
+            "tpu_watchdog_dry_run_drains",
+            "Rehearsals (dry-run drains: nothing was sent) finished, by the outcome they rehearsed.",
+            ["outcome"],
+            registry=r,
+        )
+        self.dry_run = Gauge(
+            "tpu_watchdog_dry_run", "1 while the daemon runs in dry run: it signals nothing.", registry=r
+        )
         self.drain_duration = Histogram(
             "tpu_watchdog_drain_duration_seconds",
             "From the first SIGTERM to the end of a drain.",
@@ -119,6 +128,12 @@ class Metrics:
             "would forget a drain in progress.",
             registry=r,
         )
+        self.history_persisted = Gauge(
+            "tpu_watchdog_history_persisted",
+            "1 while the drain history is written; 0 when writes fail (full or read-only disk): the drains "
+            "not written are kept in memory and written when the disk allows.",
+            registry=r,
+        )
         self.build_info = Gauge("tpu_watchdog_build_info", "Always 1; the version.", ["version"], registry=r)
         self.host_info = Gauge(
             "tpu_watchdog_host_info",
@@ -137,6 +152,7 @@ class Metrics:
             self.signals_sent.labels(signal_name)
         for outcome in OUTCOMES:
             self.drains.labels(outcome)
+            self.dry_run_drains.labels(outcome)
         for endpoint in ENDPOINTS:
             for kind in error_kinds:
                 self.metadata_errors.labels(endpoint, kind)
@@ -145,6 +161,7 @@ class Metrics:
         self.drain_deadline.set(math.nan)
         self.build_info.labels(__version__).set(1)
         self.state_persisted.set(1)
+        self.history_persisted.set(1)
         self.set_host_info({})
 
     def set_state(self, state: str) -> None:

@@ -1,0 +1,124 @@
+"""store/drain_entry.py: one drain as the history keeps it, from its record, its start or the state file."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from watchdog.core.clock import parse_utc_text
+from watchdog.core.drain_record import DrainRecord, End, ExitStatus, ProcessRecord, SentSignal, SignalResult
+from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import Outcome
+from watchdog.store.drain_entry import (
+    NO_HANDLER,
+    DrainFacts,
+    entry_from_record,
+    entry_from_saved,
+    open_entry,
+    user_name,
+)
+from watchdog.store.records import SignalRecord
+
+START = 1_800_000_000.25  # wall seconds of the drain's start
+FACTS = DrainFacts(
+    "20270115T080000.250Z", START, START + 300, "instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE",
+    ("ev-1",),
+)  # fmt: skip
+A, B, C = ProcessIdentity(101, 11), ProcessIdentity(102, 12), ProcessIdentity(103, 13)
+
+
+def record(dry_run: bool = False) -> DrainRecord:
+    """A drain that started at monotonic 50.0 (wall START): A exited 0, B was killed, C had no handler."""
+    rec = DrainRecord(50.0, START, 350.0, "kill", dry_run)
+    term = SignalResult.SENT
+    rec.processes[A] = ProcessRecord(A, "trainer", ("/dev/accel0",), 50.0, uid=0)
+    rec.processes[A].signals.append(SentSignal(signal.SIGTERM, 50.01, term))
+    rec.processes[A].end, rec.processes[A].ended_at = End.EXITED, 52.5
+    rec.processes[A].exit_status = ExitStatus(code=0)
+    rec.processes[B] = ProcessRecord(B, "stubborn", ("/dev/accel1",), 50.0, uid=os.getuid())
+    rec.processes[B].signals += [
+        SentSignal(signal.SIGTERM, 50.01, term),
+        SentSignal(signal.SIGKILL, 350.0, term),
+    ]
+    rec.processes[C] = ProcessRecord(C, "nohandler", ("/dev/accel2",), 50.0)
+    rec.processes[C].signals.append(SentSignal(signal.SIGTERM, 50.01, term))
+    rec.processes[C].end, rec.processes[C].ended_at = End.EXITED, 50.02
+    rec.processes[C].exit_status = ExitStatus(signal=signal.SIGTERM)
+    if not dry_run:
+        rec.processes[B].end, rec.processes[B].ended_at = End.EXITED, 350.1
+    rec.outcome, rec.ended = Outcome.TIMED_OUT, 350.2
+    return rec
+
+
+def by_pid(entry: dict[str, object]) -> dict[int, dict[str, object]]:
+    processes = entry["processes"]
+    assert isinstance(processes, list)
+    return {p["pid"]: p for p in processes}
+
+
+def test_a_finished_drain_names_each_process_how_it_ended_and_when() -> None:
+    entry = entry_from_record(FACTS, record())
+    assert entry["id"] == FACTS.drain_id
+    assert entry["event"] == {"key": "instance/maintenance-event", "value": "TERMINATE_ON_HOST_MAINTENANCE"}
+    assert entry["started"] == "2027-01-15T08:00:00.250Z"
+    assert entry["deadline"] == "2027-01-15T08:05:00.250Z"
+    assert parse_utc_text(str(entry["ended"])) == START + 300.2
+    assert entry["dry_run"] is False
+    a, b, c = (by_pid(entry)[p] for p in (101, 102, 103))
+    assert (a["end"], a["exit_status"], a["signals"], a["user"]) == ("exited", 0, ["SIGTERM"], "root")
+    assert a["sent_after"] == {"SIGTERM": 0.01}
+    assert a["ended_after"] == 2.5
+    assert (b["end"], b["signals"], b["exit_status"]) == ("killed", ["SIGTERM", "SIGKILL"], None)
+    assert b["sent_after"] == {"SIGTERM": 0.01, "SIGKILL": 300.0}
+    assert (c["end"], c["exit_signal"], c["detail"]) == ("exited", "SIGTERM", NO_HANDLER)
+    assert c["user"] is None  # its owner was never known
+
+
+def test_a_rehearsal_lists_what_would_be_sent_and_that_nothing_ended() -> None:
+    entry = entry_from_record(FACTS, record(dry_run=True))
+    b = by_pid(entry)[102]
+    assert b["signals"] == ["SIGTERM", "SIGKILL"]  # would have been sent
+    assert b["end"] == "still_running"  # nothing was: it runs on
+    assert b["ended_after"] is None
+
+
+def test_a_resumed_drain_takes_the_earlier_signals_times_from_the_state_file() -> None:
+    rec = DrainRecord(900.0, START + 100, 1100.0, "kill", False)
+    rec.processes[A] = ProcessRecord(A, "trainer", (), 900.0)
+    rec.processes[A].signals.append(SentSignal(signal.SIGTERM, None, SignalResult.SENT))  # before restart
+    on_file = [
+        SignalRecord(A, "trainer", "SIGTERM", START + 0.5, START + 0.6, "sent"),
+        SignalRecord(B, "gone-job", "SIGTERM", START + 0.5, START + 0.7, "sent"),
+        SignalRecord(C, "free-job", "SIGTERM", START + 0.5, None, None),  # intent only: possibly sent
+    ]
+    entry = entry_from_record(FACTS, rec, on_file, alive=lambda identity: identity == C)
+    a, b, c = (by_pid(entry)[p] for p in (101, 102, 103))
+    assert a["sent_after"] == {"SIGTERM": 0.6}
+    assert (b["end"], b["sent_after"]) == ("exited", {"SIGTERM": 0.7})  # ended while the daemon was down
+    assert (c["end"], c["sent_after"]) == ("released", {"SIGTERM": 0.5})  # still runs, no longer holds
+
+
+def test_a_drain_of_a_previous_boot_says_what_it_cannot_know() -> None:
+    on_file = [
+        SignalRecord(A, "trainer", "SIGTERM", START + 0.5, START + 0.6, "sent"),
+        SignalRecord(B, "stubborn", "SIGTERM", START + 0.5, START + 0.6, "sent"),
+        SignalRecord(B, "stubborn", "SIGKILL", START + 300, START + 300.1, "sent"),
+        SignalRecord(C, "denied", "SIGTERM", START + 0.5, START + 0.6, "denied"),
+    ]
+    entry = entry_from_saved(FACTS, on_file, "interrupted", START + 400, "the host restarted")
+    assert entry["outcome"] == "interrupted"
+    a, b, c = (by_pid(entry)[p] for p in (101, 102, 103))
+    assert (a["end"], b["end"]) == ("unknown", "killed")
+    assert (c["signals"], c["not_sent"]) == ([], {"SIGTERM": "denied"})
+    assert a["detail"] == "the host restarted"
+
+
+def test_a_drain_just_started_has_no_outcome_and_no_processes_yet() -> None:
+    entry = open_entry(FACTS)
+    assert (entry["outcome"], entry["ended"], entry["processes"]) == (None, None, [])
+
+
+def test_a_uid_without_a_name_is_shown_as_its_number() -> None:
+    assert user_name(0) == "root"
+    assert user_name(4_000_000_000) == "4000000000"
+    assert user_name(None) is None

@@ -1,0 +1,140 @@
+"""The daemon's account of its drains: the history (`store/history.py`) and the drain counters.
+
+A drain enters the history when it starts (written after the state file, so it never delays a signal) and
+again when it ends. A drain the daemon cannot finish is written from what the state file kept: one being
+cancelled when the daemon stopped (`Lifecycle.restored` ends it) and one of a previous boot (the host went
+down mid-drain). A rehearsal (dry run) is recorded like any drain, with `dry_run: true`, and counted apart
+(`tpu_watchdog_dry_run_drains_total`): it is never a real outcome in `tpu_watchdog_drains_total`, so no
+alert pages on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import replace
+
+from watchdog.config.settings import Config
+from watchdog.core.clock import Clock
+from watchdog.core.drain_record import DrainRecord
+from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle
+from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import Outcome, WatchedKey
+from watchdog.host.procfs import start_time
+from watchdog.store.drain_entry import Alive, DrainFacts, entry_from_record, entry_from_saved, open_entry
+from watchdog.store.history import DrainHistory
+from watchdog.store.records import SavedState, SignalRecord
+from watchdog.store.statefile import StateStore
+from watchdog.surface.metrics import Metrics
+
+log = logging.getLogger("tpu-watchdog")
+
+RETRY_EVERY = 30.0  # s between attempts to write history a full disk held back
+
+
+def signals_since(signals: Iterable[SignalRecord], started: float) -> list[SignalRecord]:
+    return [s for s in signals if s.intent_at >= started]
+
+
+def alive(identity: ProcessIdentity) -> bool:
+    """The process still runs (same PID, same start time)."""
+    return start_time(identity.pid) == identity.start_time
+
+
+class DrainRecorder:
+    def __init__(
+        self, history: DrainHistory, store: StateStore, config: Config, metrics: Metrics, clock: Clock
+    ) -> None:
+        self.history, self.store, self.config, self.metrics = history, store, config, metrics
+        self.clock = clock
+        self._recorded: set[str] = set()  # drains of this run whose start is in the history
+        self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
+        self._next_retry = 0.0
+        metrics.dry_run.set(1 if config.dry_run else 0)
+
+    def restored(self, saved: SavedState, lifecycle: Lifecycle) -> None:
+        """At start: the drain on file that will not be resumed, and one from before a reboot."""
+        if saved.drain is not None and lifecycle.drain is None:
+            why = "its events had cleared when the daemon stopped; ended on restart"
+            self._from_file(saved.drain, saved, Outcome.CANCELLED.value, why, alive)
+        previous = self.store.previous_boot
+        if previous is not None and previous.drain is not None:
+            why = "the host restarted before the drain ended: how each process ended is not known"
+            self._from_file(previous.drain, previous, Outcome.INTERRUPTED.value, why, None)
+        self._persisted()
+
+    def seen(self, lifecycle: Lifecycle) -> None:
+        """After each state write: a drain not yet in the history gets its opening entry."""
+        drain = lifecycle.drain
+        self.current = None if drain is None else self._facts(drain, lifecycle.events.values())
+        if self.current is None or self.current.drain_id in self._recorded:
+            return
+        self._recorded.add(self.current.drain_id)
+        if self.history.find(self.current.drain_id) is None:  # a resumed drain has its entry already
+            self.history.append(open_entry(self.current))
+            self._persisted()
+
+    def live(self, record: DrainRecord) -> dict[str, object] | None:
+        """The running drain as the history will show it (HTTP threads: reads only whole values)."""
+        facts = self.current
+        if facts is None:
+            return None
+        return entry_from_record(facts, record, signals_since(self.store.state.signals, facts.started), alive)
+
+    def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
+        """A drain ended (not interrupted): count it where it belongs, and write it down."""
+        if record.dry_run:
+            self.metrics.dry_run_drains.labels(outcome.value).inc()
+        else:
+            self.metrics.drains.labels(outcome.value).inc()
+            if record.ended is not None:
+                self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
+        drain = lifecycle.drain
+        if drain is None:
+            return
+        facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
+        self.history.append(entry_from_record(facts, record, self._signals_of(drain), alive))
+        self._persisted()
+
+    def tick(self, now: float) -> None:
+        """Now and then: write what a full disk held back."""
+        if self.history.unwritten and now >= self._next_retry:
+            self._next_retry = now + RETRY_EVERY
+            self.history.retry()
+            self._persisted()
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _from_file(
+        self, drain: ActiveDrain, saved: SavedState, outcome: str, why: str, alive: Alive | None
+    ) -> None:
+        facts = replace(self._facts(drain, saved.events), on_timeout=saved.on_timeout)
+        signals = signals_since(saved.signals, drain.started)
+        entry = entry_from_saved(facts, signals, outcome, self.clock.wall(), why, alive)
+        log.warning("drain %s did not finish: %s", drain.drain_id, why)
+        self.history.append(entry)
+
+    def _facts(self, drain: ActiveDrain, events: Iterable[Event], dry_run: bool | None = None) -> DrainFacts:
+        """The drain's event: the first of those it serves, else what its opening entry says."""
+        served = sorted((e for e in events if e.event_id in drain.event_ids), key=lambda e: e.first_seen)
+        opened = self.history.find(drain.drain_id) or {}
+        key, value = "", ""
+        event = opened.get("event")
+        if served:
+            key, value = WatchedKey(served[0].source).path, served[0].value
+        elif isinstance(event, dict):
+            key, value = str(event.get("key", "")), str(event.get("value", ""))
+        if dry_run is None:
+            dry_run = bool(opened.get("dry_run", self.config.dry_run))
+        return DrainFacts(
+            drain.drain_id, drain.started, drain.deadline, key, value, tuple(drain.event_ids), dry_run,
+            drain.late, self.config.on_timeout,
+        )  # fmt: skip
+
+    def _signals_of(self, drain: ActiveDrain) -> list[SignalRecord]:
+        """The state file's signals of this drain (a late-arrival drain's file also keeps its events'
+        earlier drains': those are theirs)."""
+        return signals_since(self.store.state.signals, drain.started)
+
+    def _persisted(self) -> None:
+        self.metrics.history_persisted.set(0 if self.history.write_error else 1)

@@ -1,0 +1,209 @@
+"""One drain as the history keeps it: plain JSON data, the same shape in the file, in `history --json` and in
+`/status` (`recent_drains`). Pure but for naming a uid (pwd).
+
+A drain is known from three places, and each builder takes what it has: its start (`open_entry`: the event
+and the deadline, nothing done yet), its record when it ends (`entry_from_record`, with the signals the state
+file kept from before a restart), or only the state file (`entry_from_saved`: the daemon died and the drain
+cannot be finished, e.g. the host rebooted). Times are RFC 3339 UTC; per process, offsets in seconds from the
+drain's start. `end` is one of `ENDS`; `exit_status`/`exit_signal` are null where they cannot be known (a
+process that is not the daemon's child leaves no exit status to read).
+"""
+
+from __future__ import annotations
+
+import functools
+import pwd
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from watchdog.core.clock import utc_text
+from watchdog.core.drain_record import DrainRecord, End, ProcessRecord, SignalResult
+from watchdog.core.process import ProcessIdentity
+from watchdog.store.records import SignalRecord
+
+ENTRY_VERSION = 1
+EXITED, RELEASED, KILLED, STILL_RUNNING, UNKNOWN = "exited", "released", "killed", "still_running", "unknown"
+ENDS = (EXITED, RELEASED, KILLED, STILL_RUNNING, UNKNOWN)  # unknown: the daemon could not see how it ended
+NO_HANDLER = "died of SIGTERM's default action: it had no handler, so it saved no checkpoint"
+_DETAIL = {
+    End.GONE: "gone before it was signalled",
+    End.IDENTITY_CHANGED: "its PID was reused before the signal: never signalled",
+    End.PROTECTED: "PID 1, the watchdog itself or a kernel thread: never signalled",
+}
+
+Alive = Callable[[ProcessIdentity], bool]
+
+
+@dataclass(frozen=True)
+class DrainFacts:
+    """What the daemon knows of a drain besides its record: its id, start and deadline (wall seconds, the
+    first start of a resumed drain), the event it serves and how it runs."""
+
+    drain_id: str
+    started: float
+    deadline: float
+    event_key: str
+    event_value: str
+    event_ids: tuple[str, ...] = ()
+    dry_run: bool = False
+    late: bool = False
+    on_timeout: str = "kill"
+
+
+@functools.lru_cache(maxsize=256)
+def user_name(uid: int | None) -> str | None:
+    """The login name of `uid` (its number when it has none; None when the uid is not known)."""
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def open_entry(facts: DrainFacts) -> dict[str, object]:
+    """A drain that has just started: written at once, so a crash or a reboot mid-drain leaves a trace."""
+    return _entry(facts, outcome=None, ended=None, processes=[], notes=[])
+
+
+def entry_from_record(
+    facts: DrainFacts,
+    record: DrainRecord,
+    on_file: Sequence[SignalRecord] = (),
+    alive: Alive | None = None,
+) -> dict[str, object]:
+    """A finished drain. `on_file`: the state file's signals of this drain (a resumed drain's record has no
+    time for the signals an earlier run sent, nor the processes that ended while the daemon was down);
+    `alive` tells which of those still run (they released the device) and which exited."""
+    wall_of = {(s.identity, s.signal): s.sent_at or s.intent_at for s in on_file}
+    processes = [_from_record(facts, record, p, wall_of) for p in record.processes.values()]
+    seen = set(record.processes)
+    for identity, records in _by_process(on_file).items():
+        if identity in seen:
+            continue
+        end = RELEASED if alive is not None and alive(identity) else EXITED
+        processes.append(_from_file(facts, records, end, "no longer held a device when the drain resumed"))
+    ended = None if record.ended is None else record.wall(record.ended)
+    outcome = record.outcome.value if record.outcome else None
+    return _entry(facts, outcome=outcome, ended=ended, processes=processes, notes=list(record.notes))
+
+
+def entry_from_saved(
+    facts: DrainFacts, on_file: Sequence[SignalRecord], outcome: str, ended: float, why: str,
+    alive: Alive | None = None,
+) -> dict[str, object]:  # fmt: skip
+    """A drain that will never finish, from what the state file kept: its signals. `alive` None: the
+    processes cannot be looked at (another boot): their end is unknown unless SIGKILL went out."""
+    processes = []
+    for records in _by_process(on_file).values():
+        identity = records[0].identity
+        if any(r.signal == "SIGKILL" and r.result == SignalResult.SENT.value for r in records):
+            end = KILLED
+        elif alive is None:
+            end = UNKNOWN
+        else:
+            end = STILL_RUNNING if alive(identity) else EXITED
+        processes.append(_from_file(facts, records, end, why))
+    return _entry(facts, outcome=outcome, ended=ended, processes=processes, notes=[why])
+
+
+def _entry(
+    facts: DrainFacts, *, outcome: str | None, ended: float | None, processes: list[dict[str, object]],
+    notes: list[str],
+) -> dict[str, object]:  # fmt: skip
+    return {
+        "version": ENTRY_VERSION,
+        "id": facts.drain_id,
+        "event": {"key": facts.event_key, "value": facts.event_value},
+        "event_ids": list(facts.event_ids),
+        "late": facts.late,
+        "dry_run": facts.dry_run,
+        "on_timeout": facts.on_timeout,
+        "started": utc_text(facts.started),
+        "deadline": utc_text(facts.deadline),
+        "ended": None if ended is None else utc_text(ended),
+        "duration": None if ended is None else round(max(0.0, ended - facts.started), 3),
+        "outcome": outcome,
+        "processes": processes,
+        "notes": notes,
+    }
+
+
+def _offset(facts: DrainFacts, wall: float | None) -> float | None:
+    return None if wall is None else round(wall - facts.started, 3)
+
+
+def _from_record(
+    facts: DrainFacts,
+    record: DrainRecord,
+    proc: ProcessRecord,
+    wall_of: Mapping[tuple[ProcessIdentity, str], float],
+) -> dict[str, object]:
+    sent: dict[str, float | None] = {}
+    not_sent: dict[str, str] = {}
+    for s in proc.signals:
+        name = signal.Signals(s.signum).name
+        if s.result is SignalResult.SENT:
+            wall = record.wall(s.at) if s.at is not None else wall_of.get((proc.identity, name))
+            sent.setdefault(name, _offset(facts, wall))
+        else:
+            not_sent.setdefault(name, s.result.value)
+    status = proc.exit_status
+    detail = _DETAIL.get(proc.end) if proc.end is not None else None
+    if proc.killed and not record.dry_run:
+        end = KILLED
+    elif proc.end in (End.EXITED, End.GONE, End.IDENTITY_CHANGED):
+        end = EXITED
+        if status is not None and status.signal == signal.SIGTERM:
+            detail = NO_HANDLER
+    elif proc.end is End.RELEASED:
+        end = RELEASED
+    else:
+        end = STILL_RUNNING  # pending, protected, or a dry run's process (nothing was sent to it)
+    ended_after = None if proc.ended_at is None or end == STILL_RUNNING else record.wall(proc.ended_at)
+    return _process(
+        proc.identity, proc.name, proc.uid, list(proc.devices), sent, not_sent, end,
+        _offset(facts, ended_after), status.code if status else None,
+        signal.Signals(status.signal).name if status and status.signal else None, proc.late_arrival, detail,
+    )  # fmt: skip
+
+
+def _from_file(facts: DrainFacts, records: list[SignalRecord], end: str, detail: str) -> dict[str, object]:
+    sent = {r.signal: _offset(facts, r.sent_at or r.intent_at) for r in records if r.result in (None, "sent")}
+    not_sent = {r.signal: r.result for r in records if r.result not in (None, "sent")}
+    first = records[0]
+    return _process(
+        first.identity, first.name, None, [], sent, not_sent, end, None, None, None, False, detail
+    )
+
+
+def _process(
+    identity: ProcessIdentity, name: str, uid: int | None, devices: list[str], sent: dict[str, float | None],
+    not_sent: Mapping[str, str | None], end: str, ended_after: float | None, exit_status: int | None,
+    exit_signal: str | None, late: bool, detail: str | None,
+) -> dict[str, object]:  # fmt: skip
+    return {
+        "pid": identity.pid,
+        "start_time": identity.start_time,
+        "name": name,
+        "user": user_name(uid),
+        "uid": uid,
+        "devices": devices,
+        "signals": list(sent),
+        "sent_after": sent,
+        "not_sent": dict(not_sent),
+        "end": end,
+        "ended_after": ended_after,
+        "exit_status": exit_status,
+        "exit_signal": exit_signal,
+        "late_arrival": late,
+        "detail": detail,
+    }
+
+
+def _by_process(records: Sequence[SignalRecord]) -> dict[ProcessIdentity, list[SignalRecord]]:
+    grouped: dict[ProcessIdentity, list[SignalRecord]] = {}
+    for r in records:
+        grouped.setdefault(r.identity, []).append(r)
+    return grouped

@@ -1,0 +1,221 @@
+"""The drain history: `STATE_DIR/history.jsonl`, one JSON object per line, appended as drains start and end.
+
+Why JSON lines: an append is one write(2) of one line and an fsync, so a crash can cost at most the line
+being written, and a torn last line is skipped on load (said once), never fatal. A drain is written when it
+starts (no outcome yet: a reboot mid-drain still leaves its trace) and again when it ends; the last line of
+an id wins. Bounded: once the file holds more than `KEEP` drains, or more than `MAX_BYTES`, it is rewritten
+(temp file, fsync, rename) with the newest `KEEP` drains younger than `MAX_AGE`; the newest is never
+dropped. Mode 0600 (it names processes and users). A write that fails (full or read-only disk) is logged
+once per kind of error, kept in `write_error`, and tried again with the next drain or `retry()`: the daemon
+goes on either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+
+from watchdog.core.clock import Clock, SystemClock, parse_utc_text
+
+HISTORY_FILE = "history.jsonl"
+KEEP = 200  # drains kept (a host sees a few a month)
+MAX_AGE = 400 * 86400.0  # s: older drains are dropped at the next rewrite, except the newest
+MAX_BYTES = 8 << 20  # a drain of 500 holders is ~150 KiB; past this the file is rewritten
+READ_LIMIT = 4 * MAX_BYTES  # a larger file (not written by us) is read from its end
+
+log = logging.getLogger(__name__)
+
+Entry = dict[str, object]
+
+
+def load_entries(path: str, say: Callable[[str], None] | None = None) -> list[Entry]:
+    """The drains of the file at `path`, oldest first, one per id (its last line). Lines that are not a
+    drain (a torn last line after a crash, junk) are skipped and said once through `say`. A missing file
+    is an empty history; an unreadable one raises OSError."""
+    return _read(path, say)[0]
+
+
+def _read(path: str, say: Callable[[str], None] | None) -> tuple[list[Entry], int]:
+    """(the drains, how many lines the file holds)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return [], 0
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(fd).st_size
+        if size > READ_LIMIT:
+            handle.seek(size - READ_LIMIT)
+            handle.readline()  # a partial line
+        raw = handle.read(READ_LIMIT)
+    by_id: dict[str, Entry] = {}
+    skipped = lines = 0
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        lines += 1
+        entry = _parse(line)
+        if entry is None:
+            skipped += 1
+            continue
+        drain_id = str(entry["id"])
+        by_id.pop(drain_id, None)  # re-inserted: the order is that of the last line
+        by_id[drain_id] = entry
+    if skipped and say is not None:
+        say(f"{path}: skipped {skipped} line(s) that are not a whole drain (a write cut short by a crash?)")
+    return list(by_id.values()), lines
+
+
+def _parse(line: bytes) -> Entry | None:
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not entry["id"]:
+        return None
+    if not isinstance(entry.get("processes", []), list) or not isinstance(entry.get("started"), str):
+        return None
+    return entry
+
+
+class DrainHistory:
+    """The history of one state directory, kept in memory (newest last) and written through to disk.
+
+    Thread-safe; `entries()` may be read from any thread (a tuple, replaced whole)."""
+
+    def __init__(self, state_dir: str, *, clock: Clock | None = None, keep: int = KEEP) -> None:
+        self.dir = os.path.abspath(state_dir)
+        self.path = os.path.join(self.dir, HISTORY_FILE)
+        self.clock: Clock = clock or SystemClock()
+        self.keep = keep
+        self.write_error: OSError | None = None
+        self._lock = threading.Lock()
+        self._unwritten: list[Entry] = []  # appended in memory, not yet on disk (a failed write)
+        self._lines = 0
+        try:
+            loaded, self._lines = _read(self.path, log.warning)
+        except OSError as error:
+            why = "a symlink, never followed" if error.errno == errno.ELOOP else str(error)
+            log.error("history: cannot read %s (%s): starting a new one", self.path, why)
+            loaded = []
+            self._set_aside()
+        self._entries: tuple[Entry, ...] = tuple(loaded[-keep:])
+
+    def entries(self) -> tuple[Entry, ...]:
+        return self._entries
+
+    def recent(self, n: int) -> list[Entry]:
+        """The newest `n` drains, newest first."""
+        return list(reversed(self._entries[-n:])) if n > 0 else []
+
+    def find(self, drain_id: str) -> Entry | None:
+        return next((e for e in reversed(self._entries) if e.get("id") == drain_id), None)
+
+    def append(self, entry: Mapping[str, object]) -> None:
+        """Add or replace (same id) a drain: in memory at once, on disk now or at the next chance."""
+        entry = dict(entry)
+        with self._lock:
+            others = tuple(e for e in self._entries if e.get("id") != entry["id"])
+            self._entries = (*others, entry)[-self.keep :]
+            self._unwritten = [e for e in self._unwritten if e.get("id") != entry["id"]] + [entry]
+            self._flush()
+
+    def retry(self) -> None:
+        """Write what a failed write left in memory (the loop calls this now and then)."""
+        with self._lock:
+            if self._unwritten:
+                self._flush()
+
+    @property
+    def unwritten(self) -> int:
+        return len(self._unwritten)
+
+    def _flush(self) -> None:
+        data = b"".join(_line(e) for e in self._unwritten)
+        try:
+            if self._lines + len(self._unwritten) > self.keep + self.keep // 2 or self._size() > MAX_BYTES:
+                self._rewrite()
+            else:
+                self._append(data)
+                self._lines += len(self._unwritten)
+        except OSError as error:
+            if self.write_error is None or self.write_error.errno != error.errno:
+                log.error(
+                    "history: cannot write %s (%s): %d drain(s) kept in memory only, written when the disk "
+                    "allows", self.path, error.strerror or error, len(self._unwritten),
+                )  # fmt: skip
+            self.write_error = error
+            return
+        if self.write_error is not None:
+            log.warning("history: %s written again", self.path)
+        self.write_error = None
+        self._unwritten = []
+
+    def _size(self) -> int:
+        try:
+            return os.stat(self.path, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return 0
+
+    def _append(self, data: bytes) -> None:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            info = os.fstat(fd)
+            if info.st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+            if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+                data = b"\n" + data  # a torn last line (a crash mid-write) stays a line of its own
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, "short write", self.path)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _rewrite(self) -> None:
+        """Keep the newest `keep` drains younger than MAX_AGE (the newest always) and under MAX_BYTES."""
+        now = self.clock.wall()
+        kept = [e for e in self._entries[:-1] if now - _started(e) <= MAX_AGE] + list(self._entries[-1:])
+        lines = [_line(e) for e in kept]
+        while len(lines) > 1 and sum(map(len, lines)) > MAX_BYTES // 2:
+            lines.pop(0)
+            kept.pop(0)
+        fd, temp = tempfile.mkstemp(dir=self.dir, prefix=f".{HISTORY_FILE}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(b"".join(lines))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self._lines = len(lines)
+        self._entries = tuple(kept)
+
+    def _set_aside(self) -> None:
+        stamp = int(self.clock.wall())
+        with contextlib.suppress(OSError):
+            os.rename(self.path, f"{self.path}.unreadable-{stamp}")
+
+
+def _line(entry: Mapping[str, object]) -> bytes:
+    return json.dumps(entry, separators=(",", ":"), sort_keys=False).encode() + b"\n"
+
+
+def _started(entry: Mapping[str, object]) -> float:
+    """The wall time of an entry's start (0 when it cannot be read: such an entry is old)."""
+    value = entry.get("started")
+    return parse_utc_text(value) if isinstance(value, str) else 0.0
