@@ -19,6 +19,10 @@ from watchdog.exitcodes import EXIT_INTERRUPTED, EXIT_USAGE
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "run the daemon: watch the metadata server and drain the TPU holders on maintenance"),
     "status": ("status", "show what the running daemon sees"),
+    "history": (
+        "history",
+        "list the drains this host has seen, newest first: who was signalled, how each ended",
+    ),
     "holders": ("holders", "list the processes holding the TPU device files"),
     "drill": ("drill", "rehearse a maintenance event on this host: SIGTERM, countdown, verdict per process"),
     "readiness": ("readiness", "judge each TPU holder's SIGTERM handling from /proc, sending no signal"),

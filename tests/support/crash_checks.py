@@ -6,6 +6,7 @@ import signal
 from typing import Any
 
 from watchdog.daemon.runner import RESCAN_INTERVAL
+from watchdog.store.history import HISTORY_FILE
 
 SLACK = 1.0  # the product's rule: SIGKILL within +-1 s of the deadline
 
@@ -62,7 +63,8 @@ def term_owed(facts: dict[str, Any], deadline: float) -> bool:
 def is_crash_temp_file(name: str) -> bool:
     """A file a daemon killed mid-write leaves in the state dir: the temp file of a state write that was
     never renamed (`.state.json.XXXX.tmp`), or the write probe of its start-up (`.probe-XXXX`)."""
-    return (name.startswith(".state.json.") and name.endswith(".tmp")) or name.startswith(".probe-")
+    temp = name.startswith((".state.json.", f".{HISTORY_FILE}.")) and name.endswith(".tmp")
+    return temp or name.startswith(".probe-")
 
 
 def check(facts: dict[str, Any]) -> list[str]:
@@ -111,7 +113,8 @@ def check(facts: dict[str, Any]) -> list[str]:
         leftover = {k: cleared[k] for k in ("events", "drain", "last_outcome", "signals") if cleared[k]}
         if leftover:
             out.append(f"orphaned state after the event cleared: {leftover}")
-    stray = [name for name in facts.get("state_dir", []) if name != "state.json"]
+    out += _check_history(facts)
+    stray = [name for name in facts.get("state_dir", []) if name not in ("state.json", HISTORY_FILE)]
     temps = [name for name in stray if is_crash_temp_file(name)]
     if temps:
         out.append(f"temp files of a write a crash interrupted were left in the state dir: {temps}")
@@ -124,6 +127,21 @@ def check(facts: dict[str, Any]) -> list[str]:
             out.append(f"daemon run {run['index']} logged errors: {run['errors'][:3]}")
     if facts.get("stop_status") != 0:
         out.append(f"the last daemon did not stop cleanly: exit {facts.get('stop_status')}")
+    return out
+
+
+def _check_history(facts: dict[str, Any]) -> list[str]:
+    """The drain is in the history, finished, once, with every holder that got a SIGTERM (a late-arrival
+    drain has an entry of its own)."""
+    history: list[dict[str, Any]] = facts.get("history", [])
+    first = [e for e in history if not e.get("late")]
+    if len(first) != 1:
+        return [f"the history holds {len(first)} first drain(s) of the event, not 1: {[e['id'] for e in first]}"]
+    out = [f"drain {e['id']} is in the history with no outcome" for e in history if e.get("outcome") is None]
+    listed = {p["pid"] for e in history for p in e.get("processes", []) if "SIGTERM" in p.get("signals", [])}
+    missing = [h["pid"] for h in facts["holders"] if h.get("terms") and h["pid"] not in listed]
+    if missing:
+        out.append(f"holders that got SIGTERM are missing from the history: {missing}")
     return out
 
 

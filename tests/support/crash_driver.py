@@ -15,6 +15,7 @@ from tests.support.crash_checks import latest_deadline
 from tests.support.crash_parts import DaemonRun, Holder, StateWatch
 from tests.support.crash_scenario import KEYS, CrashPlan, Plan
 from tests.support.waiting import wait_for
+from watchdog.store.history import HISTORY_FILE, load_entries
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -220,6 +221,7 @@ class Driver:
             "cleared": self.cleared,
             "stop_status": self.stop_status,
             "state_dir": sorted(os.listdir(self.state_dir)) if self.state_dir.exists() else [],
+            "history": load_entries(str(self.state_dir / HISTORY_FILE)),
             "errors": self.errors + self.watch.errors,
         }
 

@@ -87,7 +87,9 @@ GOOD: dict[str, Any] = {
     "finished": {"outcome": "timed_out"},
     "cleared": {"events": [], "drain": None, "last_outcome": None, "signals": []},
     "stop_status": 0,
-    "state_dir": ["state.json"],
+    "state_dir": ["state.json", "history.jsonl"],
+    "history": [{"id": "d", "late": False, "outcome": "timed_out",
+                 "processes": [{"pid": 5, "signals": ["SIGTERM", "SIGKILL"]}]}],
     "errors": [],
 }  # fmt: skip
 
@@ -116,6 +118,9 @@ BROKEN: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
     "temp file": (lambda f: f["state_dir"].append(".state.json.ab12.tmp"), "a crash interrupted"),
     "traceback": (lambda f: f["runs"][1].update(errors=["Traceback (most recent call last):"]), "errors"),
     "unclean stop": (lambda f: f.update(stop_status=1), "did not stop cleanly"),
+    "not in the history": (lambda f: f.update(history=[]), "0 first drain(s)"),
+    "unfinished in the history": (lambda f: f["history"][0].update(outcome=None), "with no outcome"),
+    "holder not in the history": (lambda f: f["history"][0].update(processes=[]), "missing from the history"),
 }
 
 

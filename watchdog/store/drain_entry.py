@@ -15,7 +15,7 @@ import functools
 import pwd
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from watchdog.core.clock import utc_text
 from watchdog.core.drain_record import DrainRecord, End, ProcessRecord, SignalResult
@@ -86,6 +86,7 @@ def entry_from_record(
         processes.append(_from_file(facts, records, end, "no longer held a device when the drain resumed"))
     ended = None if record.ended is None else record.wall(record.ended)
     outcome = record.outcome.value if record.outcome else None
+    facts = replace(facts, dry_run=facts.dry_run or record.dry_run)
     return _entry(facts, outcome=outcome, ended=ended, processes=processes, notes=list(record.notes))
 
 

@@ -1,0 +1,133 @@
+"""A drain of the history in words, as `history`, `status` and `drill` print it: one block per drain, like
+`systemctl status` (a headline, a few aligned facts, one line per process), never a data structure.
+
+Pure. It reads the plain data of `store/drain_entry.py` (from the file, or from /status as JSON), so it is
+forgiving: a field that is missing or of another type is shown as `?`, never a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from watchdog.store.drain_entry import EXITED, KILLED, NO_HANDLER, RELEASED, STILL_RUNNING, UNKNOWN
+
+Entry = Mapping[str, object]
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _secs(value: object) -> str:
+    number = _num(value)
+    if number is None:
+        return "?"
+    if number < 10:
+        return f"{number:.2f} s"
+    return f"{number:.1f} s" if number < 120 else f"{number / 60:.1f} min"
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _processes(entry: Entry) -> list[Mapping[str, object]]:
+    processes = entry.get("processes")
+    return [p for p in processes if isinstance(p, Mapping)] if isinstance(processes, list) else []
+
+
+def _signals(proc: Mapping[str, object]) -> list[str]:
+    signals = proc.get("signals")
+    return [str(s) for s in signals] if isinstance(signals, list) else []
+
+
+def totals(entry: Entry) -> str:
+    """`3 processes: 2 exited on SIGTERM, 1 killed at the deadline` (a rehearsal: what would be sent)."""
+    procs = _processes(entry)
+    head = _plural(len(procs), "process", "processes")
+    if not procs:
+        return "no process held a TPU device"
+    if entry.get("dry_run"):
+        term = sum("SIGTERM" in _signals(p) for p in procs)
+        kill = sum("SIGKILL" in _signals(p) for p in procs)
+        would = f"SIGTERM to {term}" + (f", SIGKILL to {kill} at the deadline" if kill else "")
+        return f"{head}: would send {would} (dry run: nothing was sent)"
+    counts: dict[str, int] = {}
+    for p in procs:
+        end, signals = p.get("end"), _signals(p)
+        if end == EXITED and p.get("detail") == NO_HANDLER:
+            what = "died of SIGTERM's default action (no checkpoint)"
+        elif end == EXITED:
+            what = "exited on SIGTERM" if "SIGTERM" in signals else "exited before being signalled"
+        elif end == KILLED:
+            what = "killed at the deadline"
+        elif end == RELEASED:
+            what = "released the device and kept running"
+        elif end == STILL_RUNNING:
+            what = "still running"
+        else:
+            what = "ended unseen (the daemon was down)"
+        counts[what] = counts.get(what, 0) + 1
+    return f"{head}: " + ", ".join(f"{n} {what}" for what, n in counts.items())
+
+
+def process_line(proc: Mapping[str, object], *, dry_run: bool = False, live: bool = False) -> str:
+    """`    4242 python3          alice    SIGTERM +0.0 s           exited 0 after 1.3 s`."""
+    sent = proc.get("sent_after")
+    offsets = sent if isinstance(sent, Mapping) else {}
+    verb = "would send " if dry_run else ""
+    signals = ", ".join(f"{name} +{_secs(offsets.get(name))}" for name in _signals(proc)) or "not signalled"
+    not_sent = proc.get("not_sent")
+    if isinstance(not_sent, Mapping) and not_sent:
+        signals += "; not sent: " + ", ".join(f"{k} ({v})" for k, v in not_sent.items())
+    end, after = proc.get("end"), proc.get("ended_after")
+    if end == STILL_RUNNING:
+        how = "running" if live else "still running"
+    elif end == EXITED:
+        status = proc.get("exit_status")
+        code = f" {status}" if isinstance(status, int) else ""
+        no_handler = proc.get("detail") == NO_HANDLER
+        killer = f" (killed by {proc['exit_signal']})" if proc.get("exit_signal") and not no_handler else ""
+        how = f"{'gone: ' if live else ''}exited{code}{killer} after {_secs(after)}"
+    elif end == KILLED:
+        how = "killed" + (f", gone after {_secs(after)}" if _num(after) is not None else "")
+    elif end == RELEASED:
+        how = f"released the device after {_secs(after)}, still running"
+    elif end == UNKNOWN:
+        how = "how it ended is not known"
+    else:
+        how = str(end or "?")
+    detail = proc.get("detail")
+    late = " (late arrival)" if proc.get("late_arrival") else ""
+    user, name = proc.get("user") or "?", proc.get("name") or "?"
+    line = f"{proc.get('pid', '?')!s:>8} {name!s:<16} {user!s:<8} {verb}{signals:<26} {how}"
+    return line + late + (f": {detail}" if isinstance(detail, str) and detail else "")
+
+
+def block(entry: Entry, *, state_drain_id: str | None = None) -> list[str]:
+    """One drain: the headline, its times and totals, a line per process, its notes. `state_drain_id`: the
+    drain the state file has in progress (an entry without an outcome is that one, or one cut short)."""
+    outcome = entry.get("outcome")
+    if outcome is None:
+        running = state_drain_id is not None and entry.get("id") == state_drain_id
+        outcome = "in progress" if running else "unfinished (the daemon stopped before it ended)"
+    event = entry.get("event")
+    what = ""
+    if isinstance(event, Mapping) and event.get("key"):
+        what = f"  {event.get('key')} = {event.get('value')}"
+    tags = [t for t, on in (("dry run", entry.get("dry_run")), ("late arrivals", entry.get("late"))) if on]
+    lines = [f"● drain {entry.get('id', '?')}: {outcome}{what}" + (f"  ({', '.join(tags)})" if tags else "")]
+    lines.append(f"     Started: {entry.get('started', '?')}")
+    lines.append(f"    Deadline: {entry.get('deadline', '?')} (then {entry.get('on_timeout', '?')})")
+    if entry.get("ended"):
+        lines.append(f"       Ended: {entry.get('ended')}, after {_secs(entry.get('duration'))}")
+    lines.append(f"   Processes: {totals(entry)}")
+    dry = bool(entry.get("dry_run"))
+    lines += [f"  {process_line(p, dry_run=dry)}" for p in _processes(entry)]
+    notes = entry.get("notes")
+    lines += (
+        [f"        note: {n}" for n in notes]
+        if isinstance(notes, Sequence) and not isinstance(notes, str)
+        else []
+    )
+    return lines
