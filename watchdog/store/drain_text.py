@@ -110,7 +110,7 @@ def block(entry: Entry, *, state_drain_id: str | None = None) -> list[str]:
     outcome = entry.get("outcome")
     if outcome is None:
         running = state_drain_id is not None and entry.get("id") == state_drain_id
-        outcome = "in progress" if running else "unfinished (the daemon stopped before it ended)"
+        outcome = "in progress" if running else "unfinished (cut short: a crash or a lost state file)"
     event = entry.get("event")
     what = ""
     if isinstance(event, Mapping) and event.get("key"):
@@ -121,7 +121,10 @@ def block(entry: Entry, *, state_drain_id: str | None = None) -> list[str]:
     lines.append(f"    Deadline: {entry.get('deadline', '?')} (then {entry.get('on_timeout', '?')})")
     if entry.get("ended"):
         lines.append(f"       Ended: {entry.get('ended')}, after {_secs(entry.get('duration'))}")
-    lines.append(f"   Processes: {totals(entry)}")
+    if entry.get("outcome") is None and not _processes(entry):
+        lines.append("   Processes: not recorded yet (at the end of the drain; `tpu-watchdog status` has them)")
+    else:
+        lines.append(f"   Processes: {totals(entry)}")
     dry = bool(entry.get("dry_run"))
     lines += [f"  {process_line(p, dry_run=dry)}" for p in _processes(entry)]
     notes = entry.get("notes")
