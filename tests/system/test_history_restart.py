@@ -48,7 +48,7 @@ def test_a_drain_cut_by_a_clean_restart_is_one_drain_in_the_history(
     during = history(state_dir)
     assert during.returncode == 0, during.stderr
     assert f"drain {drain_id}: in progress" in during.stdout  # on file: the next start resumes it
-    assert "not recorded yet" in during.stdout
+    assert "recorded when the drain ends" in during.stdout
     with DaemonHarness(state_dir, fake, workloads, maintenance_grace=4.0) as again:
         assert child.popen.wait(timeout=15) == -signal.SIGKILL
         again.wait_state("timed_out")

@@ -122,7 +122,7 @@ def block(entry: Entry, *, state_drain_id: str | None = None) -> list[str]:
     if entry.get("ended"):
         lines.append(f"       Ended: {entry.get('ended')}, after {_secs(entry.get('duration'))}")
     if entry.get("outcome") is None and not _processes(entry):
-        lines.append("   Processes: not recorded yet (at the end of the drain; `tpu-watchdog status` has them)")
+        lines.append("   Processes: recorded when the drain ends (`tpu-watchdog status` shows them now)")
     else:
         lines.append(f"   Processes: {totals(entry)}")
     dry = bool(entry.get("dry_run"))
