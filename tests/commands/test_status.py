@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
+from watchdog.commands.status import render
 from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.surface.httpapi import HttpSurface
@@ -39,12 +40,56 @@ def test_status_of_a_running_daemon(fake: FakeMetadataServer, workloads: Workloa
         finally:
             http.stop()
     assert shown.returncode == 0, shown.stderr
-    assert "state:     drained" in shown.stdout
+    assert "state:       drained" in shown.stdout
     assert "maintenance-event = TERMINATE_ON_HOST_MAINTENANCE" in shown.stdout
-    assert "last drain: exited" in shown.stdout
+    assert "last drain:  exited" in shown.stdout
     data = json.loads(raw.stdout)
     assert data["state"] == "drained"
     assert data["events"][0]["source"] == "maintenance-event"
+
+
+def no_data_structure(text: str) -> None:
+    """Words only: no dict, list or repr of one (the 3 a.m. reader's complaint)."""
+    for mark in ("{", "}", "[", "'", "None"):
+        assert mark not in text, f"{mark!r} in:\n{text}"
+
+
+def test_status_during_and_after_a_drain_names_each_process(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    stubborn = workloads.start("gate")  # says "term" on SIGTERM, exits when the test lets it
+    quick = workloads.start("handled")
+    with DaemonHarness(tmp_path / "state", fake, workloads, maintenance_grace=60.0) as harness:
+        http = HttpSurface("127.0.0.1:0", harness.daemon.view)
+        http.start()
+        try:
+            fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+            stubborn.expect("term")
+            wait_for(lambda: not quick.alive(), what="the handled job to exit")
+            wait_for(lambda: "gone" in status(tmp_path, http.address).stdout, what="status to show the exit")
+            during = status(tmp_path, http.address).stdout
+            stubborn.open_gate()
+            harness.wait_state("drained")
+            after = status(tmp_path, http.address).stdout
+            raw = json.loads(status(tmp_path, http.address, "--json").stdout)
+        finally:
+            http.stop()
+    assert "state:       draining" in during
+    assert "left, then kill" in during  # the deadline and the time left
+    assert "processes:   2 in this drain, 1 still running" in during
+    lines = {int(line.split()[0]): line for line in during.splitlines() if line.strip()[:1].isdigit()}
+    assert "SIGTERM +" in lines[stubborn.popen.pid]
+    assert lines[stubborn.popen.pid].rstrip().endswith("running")
+    assert "gone: exited after" in lines[quick.popen.pid]  # not the daemon's child: its status is unknown
+    assert "python" in lines[quick.popen.pid]  # the process name
+    no_data_structure(during)
+    assert "last drain:  exited" in after
+    assert "2 processes: 2 exited on SIGTERM" in after
+    assert str(stubborn.popen.pid) in after
+    assert str(quick.popen.pid) in after
+    no_data_structure(after)
+    assert raw["recent_drains"][0]["outcome"] == "exited"
+    assert {p["pid"] for p in raw["recent_drains"][0]["processes"]} == {stubborn.popen.pid, quick.popen.pid}
 
 
 def test_status_falls_back_to_the_state_file(
@@ -92,3 +137,25 @@ def test_status_shows_each_holders_sigterm_and_the_slice(
     assert "tpu_node=train-a" in shown.stdout
     assert [h["sigterm"] for h in raw["holders"]] == ["ignored"]
     assert raw["host"]["worker_id"] == "1"
+
+
+def test_metadata_that_cannot_be_heard_is_said_in_words() -> None:
+    shown = render(
+        {
+            "state": "idle",
+            "metadata": {
+                "instance/maintenance-event": {"mode": "hanging", "value": None, "last_success": None,
+                                               "last_error": "connection_refused"},
+                "instance/preempted": {"mode": "hanging", "value": "FALSE", "last_success": 1.8e9,
+                                       "last_error": "timeout"},
+                "instance/upcoming-maintenance": {"mode": "unsupported", "value": None, "last_success": None,
+                                                  "last_error": "http_404"},
+            },
+        }
+    )  # fmt: skip
+    assert (
+        "instance/maintenance-event: UNREACHABLE: no good answer since start, last error connection_refused"
+    ) in shown
+    assert "instance/preempted = FALSE (last answer 2027-01-15T08:00:00Z; now failing: timeout" in shown
+    assert "instance/upcoming-maintenance: not on this machine (404)" in shown
+    no_data_structure(shown)

@@ -164,7 +164,7 @@ def render(status: dict[str, Any]) -> str:
     elif status.get("last_outcome") and not status.get("drain"):
         lines.append(f"last drain:  {status['last_outcome']}")
     holders = status.get("holders")
-    if isinstance(holders, list):
+    if isinstance(holders, list) and not status.get("drain"):  # during a drain: its processes, above
         lines.append(
             f"holders:     {len(holders)} at the last scan"
             if holders
