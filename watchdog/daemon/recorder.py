@@ -82,19 +82,19 @@ class DrainRecorder:
         return entry_from_record(facts, record, signals_since(self.store.state.signals, facts.started), alive)
 
     def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
-        """A drain ended (not interrupted): count it where it belongs, and write it down."""
+        """A drain ended (not interrupted): write it down, then count it where it belongs (whoever sees
+        the counter move finds the drain in the history)."""
+        drain = lifecycle.drain
+        if drain is not None:
+            facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
+            self.history.append(entry_from_record(facts, record, self._signals_of(drain), alive))
+            self._persisted()
         if record.dry_run:
             self.metrics.dry_run_drains.labels(outcome.value).inc()
         else:
             self.metrics.drains.labels(outcome.value).inc()
             if record.ended is not None:
                 self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
-        drain = lifecycle.drain
-        if drain is None:
-            return
-        facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
-        self.history.append(entry_from_record(facts, record, self._signals_of(drain), alive))
-        self._persisted()
 
     def tick(self, now: float) -> None:
         """Now and then: write what a full disk held back."""

@@ -1,0 +1,68 @@
+"""daemon/recorder.py: every drain goes to the history; a rehearsal (dry run) is recorded as one and counts
+nothing a real drain counts, nor sets the daemon's state to timed_out, across a restart too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.support.workloads import Workloads
+from watchdog.core.vocabulary import FINISHED_OUTCOMES
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.store.history import HISTORY_FILE, load_entries
+
+TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
+
+
+def real_counts(harness: DaemonHarness) -> dict[str, float]:
+    counts = {
+        o.value: harness.metric("tpu_watchdog_drains_total", outcome=o.value) for o in FINISHED_OUTCOMES
+    }
+    counts["duration"] = harness.metric("tpu_watchdog_drain_duration_seconds_count")
+    counts["SIGTERM"] = harness.metric("tpu_watchdog_signals_sent_total", signal="SIGTERM")
+    counts["SIGKILL"] = harness.metric("tpu_watchdog_signals_sent_total", signal="SIGKILL")
+    return counts
+
+
+def test_a_dry_run_counts_nothing_and_is_recorded_as_a_rehearsal(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    stubborn = workloads.start("report")  # would need SIGKILL: the rehearsal "times out"
+    state_dir = tmp_path / "state"
+    with DaemonHarness(state_dir, fake, workloads, dry_run=True, maintenance_grace=1.0) as harness:
+        assert harness.metric("tpu_watchdog_dry_run") == 1
+        fake.set(MAINTENANCE, TERMINATE)
+        harness.wait_metric("tpu_watchdog_dry_run_drains_total", 1, outcome="timed_out")
+        harness.wait_state("drained")
+        assert set(real_counts(harness).values()) == {0.0}
+        assert harness.metric("tpu_watchdog_state", state="timed_out") == 0
+        assert harness.daemon.view.status()["recent_drains"][0]["dry_run"] is True
+    (entry,) = load_entries(str(state_dir / HISTORY_FILE))
+    assert (entry["outcome"], entry["dry_run"]) == ("timed_out", True)
+    (proc,) = entry["processes"]
+    assert (proc["pid"], proc["signals"], proc["end"]) == (
+        stubborn.popen.pid,
+        ["SIGTERM", "SIGKILL"],
+        "still_running",
+    )
+    assert stubborn.alive()
+    # Restarted with the event still on, and dry run now off: the rehearsal's outcome is still not a state.
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=1.0) as again:
+        assert again.state == "drained"
+        assert again.metric("tpu_watchdog_dry_run") == 0
+        assert again.metric("tpu_watchdog_state", state="timed_out") == 0
+    assert stubborn.alive()  # its event was rehearsed: never drained for real afterwards either
+
+
+def test_a_real_drain_counts_and_its_history_says_so(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    workloads.start("handled")
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        assert harness.metric("tpu_watchdog_dry_run") == 0
+        fake.set(MAINTENANCE, TERMINATE)
+        harness.wait_metric("tpu_watchdog_drains_total", 1, outcome="exited")
+        assert harness.metric("tpu_watchdog_dry_run_drains_total", outcome="exited") == 0
+        assert harness.metric("tpu_watchdog_history_persisted") == 1
+        (entry,) = harness.daemon.history.entries()
+        assert (entry["outcome"], entry["dry_run"]) == ("exited", False)
