@@ -16,15 +16,22 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 # PID 1 of the namespace: starts the holders, runs the drill, reports whether each holder is still alive.
+# With ANSWER set, the drill's stdin is a terminal (a pty) on which ANSWER was already typed.
 DRIVER = r"""
-import subprocess, sys
+import os, pty, subprocess, sys
 from pathlib import Path
 from tests.support.workloads import Child, make_device
 device = make_device(Path(sys.argv[1]))
 children = [Child(mode, device) for mode in sys.argv[2].split(",") if mode]
 for child in children:
     child.wait_ready()
-drill = subprocess.run([sys.executable, "-m", "watchdog", "drill", "--device", str(device), *sys.argv[3:]])
+stdin = None
+if "ANSWER" in os.environ:
+    typed, stdin = pty.openpty()
+    os.write(typed, os.environ["ANSWER"].encode() + b"\n")
+drill = subprocess.run(
+    [sys.executable, "-m", "watchdog", "drill", "--device", str(device), *sys.argv[3:]], stdin=stdin
+)
 print("alive:", ",".join(str(c.alive()) for c in children), flush=True)
 for child in children:
     child.close()
@@ -34,12 +41,15 @@ sys.exit(drill.returncode)
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
 
 
-def drill(tmp_path: Path, modes: str, *args: str) -> subprocess.CompletedProcess[str]:
+def drill(
+    tmp_path: Path, modes: str, *args: str, answer: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    typed = {} if answer is None else {"ANSWER": answer}
     return subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER, str(tmp_path), modes,
          "--config", str(tmp_path / "none.toml"), *args],
         capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **typed},
     )  # fmt: skip
 
 
@@ -52,7 +62,7 @@ def test_jobs_that_handle_sigterm_pass(tmp_path: Path) -> None:
     done = drill(tmp_path, "handled,slow", "--grace", "20")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("exited in time") == 2
-    assert "drain exited" in done.stdout
+    assert "drill exited: 2 processes: 2 exited on SIGTERM" in done.stdout
     assert "alive: False,False" in done.stdout
 
 
@@ -68,14 +78,42 @@ def test_a_job_that_ignores_sigterm_needs_sigkill(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "NEEDED SIGKILL" in done.stdout
     assert "exited in time" in done.stdout
+    (totals,) = [line for line in done.stdout.splitlines() if line.startswith("drill timed_out: 2 processes: ")]
+    assert "1 killed at the deadline" in totals
+    assert "1 exited on SIGTERM" in totals
     assert "alive: False,False" in done.stdout
 
 
-def test_dry_run_sends_nothing(tmp_path: Path) -> None:
-    done = drill(tmp_path, "default", "--grace", "1", "--dry-run")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "would be sent SIGTERM" in done.stdout
+def test_dry_run_says_at_once_what_would_be_signalled_and_sends_nothing(tmp_path: Path) -> None:
+    done = drill(tmp_path, "default,ignore", "--grace", "3600", "--dry-run")  # an hour's grace: not waited
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "2 process(es) hold a TPU device; nothing was sent" in done.stdout
+    assert (
+        done.stdout.count("would get SIGTERM now, then after 3600 s: SIGKILL if it still holds a device") == 2
+    )
+    assert "alive: True,True" in done.stdout
+    assert "LOST" not in done.stdout  # a dry run learns nothing: no verdict
+
+
+def test_on_a_terminal_it_asks_first_and_no_means_nothing_is_signalled(tmp_path: Path) -> None:
+    done = drill(tmp_path, "default", "--grace", "20", answer="n")
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "[y/N]" in done.stderr
+    assert "not confirmed: nothing was signalled" in done.stdout
     assert "alive: True" in done.stdout
+
+
+def test_on_a_terminal_yes_drills(tmp_path: Path) -> None:
+    done = drill(tmp_path, "handled", "--grace", "20", answer="y")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "drill exited: 1 process: 1 exited on SIGTERM" in done.stdout
+    assert "alive: False" in done.stdout
+
+
+def test_yes_skips_the_question(tmp_path: Path) -> None:
+    done = drill(tmp_path, "handled", "--grace", "20", "--yes", answer="n")  # "n" is typed, never read
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[y/N]" not in done.stderr
 
 
 def test_no_holders_is_exit_3(tmp_path: Path) -> None:

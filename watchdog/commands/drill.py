@@ -2,11 +2,14 @@
 
 It does for real what the daemon would do (SIGTERM the TPU holders, wait for them or the grace, then the
 on_timeout action), shows a countdown, and ends with a verdict per process: would the job have kept its
-progress? Ctrl-C cancels the drill (nothing is SIGKILLed). `--dry-run` decides everything, sends nothing.
+progress? On a terminal it asks first (`--yes` does not). Ctrl-C cancels the drill (nothing is SIGKILLed).
+`--dry-run` says at once what a drill would signal (each holder checked with signal 0: is it there, may we
+signal it), sends nothing and waits for nothing.
 
 Exit status: 0 every holder exited in time on its own (or released the device); 1 at least one would have
 lost its checkpoint (needed SIGKILL, died of SIGTERM's default action, or is still running); 3 nothing holds
-a TPU device; 78 a bad configuration.
+a TPU device; 4 a dry run (nothing was signalled, so nothing was learned); 5 not confirmed at the prompt;
+78 a bad configuration.
 """
 
 from __future__ import annotations
@@ -17,11 +20,22 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
-from watchdog.core.drain_record import DrainRecord, End, ProcessRecord
+from watchdog.core.drain_record import DrainRecord, End, ProcessRecord, SignalResult
+from watchdog.core.lifecycle import drain_id_at
+from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Outcome
-from watchdog.exitcodes import EXIT_LOST, EXIT_NOTHING_TO_DRILL, EXIT_OK
+from watchdog.exitcodes import (
+    EXIT_DRILL_DECLINED,
+    EXIT_DRILL_DRY_RUN,
+    EXIT_LOST,
+    EXIT_NOTHING_TO_DRILL,
+    EXIT_OK,
+)
+from watchdog.store.drain_entry import DrainFacts, entry_from_record
+from watchdog.store.drain_text import totals
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +43,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(
         parser, only=("--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run")
     )
+    parser.add_argument("--yes", action="store_true", help="signal without asking first (on a terminal)")
+
+
+def would_signal(holders: Sequence[Holder], on_timeout: str, grace: float) -> list[str]:
+    """A dry run's report: for each holder, whether SIGTERM could reach it now (signal 0 through the same
+    identity check as a real signal) and what the deadline would do."""
+    from watchdog.host.signals import DryRunSignaller, ProcessHandles
+
+    handles = ProcessHandles()
+    try:
+        signaller = DryRunSignaller(handles)
+        signaller.prepare(h.identity for h in holders)
+        lines = []
+        for h in holders:
+            result = signaller.send(h.identity, signal.SIGTERM)
+            if result is SignalResult.SENT:
+                then = (
+                    "SIGKILL if it still holds a device"
+                    if on_timeout == "kill"
+                    else "reported if it still holds"
+                )
+                what = f"would get SIGTERM now, then after {grace:.0f} s: {then}"
+            elif result is SignalResult.DENIED:
+                what = "could NOT be signalled: permission denied (run the drill as root)"
+            else:
+                what = f"would not be signalled: {result.value.replace('_', ' ')}"
+            lines.append(f"  pid {h.pid} ({h.name}): {what}")
+        return lines
+    finally:
+        handles.close()
+
+
+def confirmed(count: int, grace: float, on_timeout: str) -> bool:
+    """Ask on the terminal before signalling real jobs; anything but yes is no."""
+    then = "SIGKILL" if on_timeout == "kill" else "report"
+    sys.stderr.write(
+        f"SIGTERM {count} process(es) now, and {then} what still holds a device after {grace:.0f} s? [y/N] "
+    )
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
 
 
 def verdict(proc: ProcessRecord, started: float, dry_run: bool) -> tuple[bool, str]:
@@ -71,14 +126,22 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"nothing holds a TPU device ({' '.join(config.devices)}): nothing to rehearse\n")
         return EXIT_NOTHING_TO_DRILL
     grace = config.maintenance_grace
+    if config.dry_run:
+        out.write(f"drill --dry-run: {len(holders)} process(es) hold a TPU device; nothing was sent:\n")
+        out.write("\n".join(would_signal(holders, config.on_timeout, grace)) + "\n")
+        out.write("a real drill (without --dry-run) shows whether each one saves its checkpoint in time\n")
+        return EXIT_DRILL_DRY_RUN
     out.write(
-        f"drill: {'[dry run] ' if config.dry_run else ''}SIGTERM to {len(holders)} process(es) now, "
-        f"then up to {grace:.0f} s for them to exit, then {config.on_timeout}. Ctrl-C cancels (no SIGKILL).\n"
+        f"drill: SIGTERM to {len(holders)} process(es) now, then up to {grace:.0f} s for them to exit, then "
+        f"{config.on_timeout}. Ctrl-C cancels (no SIGKILL).\n"
     )
     for h in holders:
         command = " ".join(" ".join(h.cmdline).split())[:60]  # one line, whatever the argv holds
         out.write(f"  pid {h.pid:<8} {h.name:<16} {' '.join(h.devices)}  {command}\n")
     out.flush()
+    if sys.stdin.isatty() and not args.yes and not confirmed(len(holders), grace, config.on_timeout):
+        out.write("not confirmed: nothing was signalled\n")
+        return EXIT_DRILL_DECLINED
 
     cancel = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: cancel.set())
@@ -109,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
     record = run_drain(holders, plan, scanner=scanner, listener=Progress(), cancel=cancel)
     finished.set()
     ticker.join(timeout=2)
-    out.write(f"\n{record.one_line()}\n")
+    out.write(
+        f"\ndrill {record.outcome.value if record.outcome else 'ended'}: {totals(drill_entry(record))}\n"
+    )
     kept_all = True
     for proc in record.processes.values():
         kept, sentence = verdict(proc, record.started, record.dry_run)
@@ -118,3 +183,11 @@ def run(args: argparse.Namespace) -> int:
     if record.outcome is Outcome.CANCELLED:
         out.write("the drill was cancelled: nothing was SIGKILLed\n")
     return EXIT_OK if kept_all else EXIT_LOST
+
+
+def drill_entry(record: DrainRecord) -> dict[str, object]:
+    """The drill as the history shapes a drain, for its totals."""
+    facts = DrainFacts(
+        drain_id_at(record.started_wall), record.started_wall, record.wall(record.deadline), "", ""
+    )
+    return entry_from_record(facts, record)
