@@ -78,7 +78,7 @@ def test_a_job_that_ignores_sigterm_needs_sigkill(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "NEEDED SIGKILL" in done.stdout
     assert "exited in time" in done.stdout
-    (totals,) = [line for line in done.stdout.splitlines() if line.startswith("drill timed_out: 2 processes: ")]
+    (totals,) = [line for line in done.stdout.splitlines() if line.startswith("drill timed_out: 2 proc")]
     assert "1 killed at the deadline" in totals
     assert "1 exited on SIGTERM" in totals
     assert "alive: False,False" in done.stdout
