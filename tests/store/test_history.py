@@ -60,6 +60,9 @@ def test_the_history_is_bounded_and_the_newest_is_kept(tmp_path: Path) -> None:
     assert ids(history)[-1] == "drain-39"
     assert ids(DrainHistory(str(tmp_path), keep=5))[-5:] == [f"drain-{n}" for n in range(35, 40)]
     assert not [p for p in tmp_path.iterdir() if p.name != HISTORY_FILE]  # no temporary file left
+    (tmp_path / f".{HISTORY_FILE}.x1y2.tmp").write_bytes(b"half a rewrite")  # a crash mid-rewrite
+    DrainHistory(str(tmp_path))
+    assert not [p for p in tmp_path.iterdir() if p.name != HISTORY_FILE]  # removed at start
 
 
 def test_old_drains_go_at_a_rewrite_but_never_the_newest(tmp_path: Path) -> None:

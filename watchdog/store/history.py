@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import logging
 import os
@@ -97,6 +98,9 @@ class DrainHistory:
         self._lock = threading.Lock()
         self._unwritten: list[Entry] = []  # appended in memory, not yet on disk (a failed write)
         self._lines = 0
+        for leftover in glob.glob(glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)  # a rewrite a crash interrupted: never renamed into place
         try:
             loaded, self._lines = _read(self.path, log.warning)
         except OSError as error:
