@@ -136,7 +136,9 @@ def _check_history(facts: dict[str, Any]) -> list[str]:
     history: list[dict[str, Any]] = facts.get("history", [])
     first = [e for e in history if not e.get("late")]
     if len(first) != 1:
-        return [f"the history holds {len(first)} first drain(s) of the event, not 1: {[e['id'] for e in first]}"]
+        return [
+            f"the history holds {len(first)} first drain(s) of the event, not 1: {[e['id'] for e in first]}"
+        ]
     out = [f"drain {e['id']} is in the history with no outcome" for e in history if e.get("outcome") is None]
     listed = {p["pid"] for e in history for p in e.get("processes", []) if "SIGTERM" in p.get("signals", [])}
     missing = [h["pid"] for h in facts["holders"] if h.get("terms") and h["pid"] not in listed]

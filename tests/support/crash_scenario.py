@@ -22,8 +22,10 @@ tests/support/crash_driver.py:
   the deadline, within 1 s of the first one back (a dead daemon cannot kill anything);
 - a holder that exits on SIGTERM is never SIGKILLed, a holder that released the device is left alone;
 - no drain lost: after the last restart the drain finishes (last_outcome), every holder gone or released;
+- the drain is in the history (history.jsonl) once, finished, with every holder that got a SIGTERM;
 - no orphaned state: once the event cleared, state.json has no events, no drain, no signals, no outcome, and
-  the state dir holds nothing but state.json (no `.state.json.*.tmp`, nothing set aside as corrupt);
+  the state dir holds nothing but state.json and history.jsonl (no `.state.json.*.tmp`, nothing set aside
+  as corrupt);
 - no daemon logged a traceback or an internal error; the last one stops cleanly (exit 0).
 
 The state file is read every 20 ms, so a state that lasted less may go unseen.
