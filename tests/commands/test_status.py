@@ -109,6 +109,22 @@ def test_status_falls_back_to_the_state_file(
     assert "TERMINATE_ON_HOST_MAINTENANCE" in shown.stdout
 
 
+def test_status_from_the_state_file_mid_drain_names_who_was_signalled(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    child = workloads.start("report")
+    with DaemonHarness(tmp_path / "state", fake, workloads, maintenance_grace=60.0):
+        fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+        child.expect("term")
+    shown = status(tmp_path, "127.0.0.1:1")  # stopped mid-drain: only its files are left
+    assert shown.returncode == 3, shown.stderr
+    assert "the daemon is not answering: this is its state file" in shown.stdout
+    (line,) = [line for line in shown.stdout.splitlines() if line.split()[:1] == [str(child.popen.pid)]]
+    assert "SIGTERM +" in line
+    assert line.rstrip().endswith("running")
+    no_data_structure(shown.stdout)
+
+
 def test_status_without_daemon_or_state_is_exit_1(tmp_path: Path) -> None:
     shown = status(tmp_path, "127.0.0.1:1")
     assert shown.returncode == 1
