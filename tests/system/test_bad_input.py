@@ -508,6 +508,7 @@ def test_real_process_holding_a_replaced_device_node_is_found(tmp_path: Path) ->
 BAD_USAGE = {
     "run": [["--metadata-timeout-sec", "abc"], ["--config"]],
     "status": [["--json=yes"], ["--config"]],
+    "history": [["--limit", "x"], ["--limit"]],
     "holders": [["--proc-root"], ["--json=1"]],
     "drill": [["--dry-run=no"], ["--grace"]],
     "readiness": [["--json=yes"], ["--device"]],

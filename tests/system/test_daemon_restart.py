@@ -141,12 +141,10 @@ class GatedStore(StateStore):
         super().__init__(state_dir)
         self.gate = threading.Event()
 
-    def save_lifecycle(
-        self, events: Any, drain: Any, last_outcome: str | None, *, on_timeout: Any, intents: Any = ()
-    ) -> None:
+    def save_lifecycle(self, events: Any, drain: Any, last_outcome: str | None, **kwargs: Any) -> None:
         if drain is not None:
             self.gate.wait(timeout=20)
-        super().save_lifecycle(events, drain, last_outcome, on_timeout=on_timeout, intents=intents)
+        super().save_lifecycle(events, drain, last_outcome, **kwargs)
 
 
 def test_no_signal_goes_out_before_the_drain_is_on_disk(
