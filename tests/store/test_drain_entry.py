@@ -122,3 +122,21 @@ def test_a_uid_without_a_name_is_shown_as_its_number() -> None:
     assert user_name(0) == "root"
     assert user_name(4_000_000_000) == "4000000000"
     assert user_name(None) is None
+
+
+def test_a_late_arrival_drain_lists_only_its_own_processes() -> None:
+    """Its event's first drain signalled A and B before it started; only A still holds a device now."""
+    late = DrainRecord(500.0, START, 550.0, "kill", False, late=True)
+    late.processes[A] = ProcessRecord(A, "trainer", (), 500.0)
+    late.processes[A].signals.append(SentSignal(signal.SIGTERM, None, SignalResult.SENT))  # the first drain's
+    late.processes[C] = ProcessRecord(C, "restarted", (), 500.0, late_arrival=True)
+    late.processes[C].signals.append(SentSignal(signal.SIGTERM, 500.5, SignalResult.SENT))
+    on_file = [
+        SignalRecord(A, "trainer", "SIGTERM", START - 60, START - 59.5, "sent"),
+        SignalRecord(B, "old-job", "SIGTERM", START - 60, START - 59.5, "sent"),
+        SignalRecord(C, "restarted", "SIGTERM", START + 0.5, START + 0.5, "sent"),
+    ]
+    entry = entry_from_record(FACTS, late, on_file, alive=lambda _: True)
+    assert sorted(by_pid(entry)) == [101, 103]  # not B: the first drain's, not this one's
+    assert by_pid(entry)[101]["sent_after"] == {"SIGTERM": -59.5}  # before this drain began
+    assert by_pid(entry)[103]["late_arrival"] is True

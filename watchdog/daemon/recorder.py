@@ -23,17 +23,13 @@ from watchdog.core.vocabulary import Outcome, WatchedKey
 from watchdog.host.procfs import start_time
 from watchdog.store.drain_entry import Alive, DrainFacts, entry_from_record, entry_from_saved, open_entry
 from watchdog.store.history import DrainHistory
-from watchdog.store.records import SavedState, SignalRecord
+from watchdog.store.records import SavedState
 from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
 
 RETRY_EVERY = 30.0  # s between attempts to write history a full disk held back
-
-
-def signals_since(signals: Iterable[SignalRecord], started: float) -> list[SignalRecord]:
-    return [s for s in signals if s.intent_at >= started]
 
 
 def alive(identity: ProcessIdentity) -> bool:
@@ -79,7 +75,7 @@ class DrainRecorder:
         facts = self.current
         if facts is None:
             return None
-        return entry_from_record(facts, record, signals_since(self.store.state.signals, facts.started), alive)
+        return entry_from_record(facts, record, self.store.state.signals, alive)
 
     def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
         """A drain ended (not interrupted): write it down, then count it where it belongs (whoever sees
@@ -87,7 +83,7 @@ class DrainRecorder:
         drain = lifecycle.drain
         if drain is not None:
             facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
-            self.history.append(entry_from_record(facts, record, self._signals_of(drain), alive))
+            self.history.append(entry_from_record(facts, record, self.store.state.signals, alive))
             self._persisted()
         if record.dry_run:
             self.metrics.dry_run_drains.labels(outcome.value).inc()
@@ -109,7 +105,7 @@ class DrainRecorder:
         self, drain: ActiveDrain, saved: SavedState, outcome: str, why: str, alive: Alive | None
     ) -> None:
         facts = replace(self._facts(drain, saved.events), on_timeout=saved.on_timeout)
-        signals = signals_since(saved.signals, drain.started)
+        signals = [s for s in saved.signals if s.intent_at >= drain.started]  # of this drain only
         entry = entry_from_saved(facts, signals, outcome, self.clock.wall(), why, alive)
         log.warning("drain %s did not finish: %s", drain.drain_id, why)
         self.history.append(entry)
@@ -130,11 +126,6 @@ class DrainRecorder:
             drain.drain_id, drain.started, drain.deadline, key, value, tuple(drain.event_ids), dry_run,
             drain.late, self.config.on_timeout,
         )  # fmt: skip
-
-    def _signals_of(self, drain: ActiveDrain) -> list[SignalRecord]:
-        """The state file's signals of this drain (a late-arrival drain's file also keeps its events'
-        earlier drains': those are theirs)."""
-        return signals_since(self.store.state.signals, drain.started)
 
     def _persisted(self) -> None:
         self.metrics.history_persisted.set(0 if self.history.write_error else 1)

@@ -73,13 +73,14 @@ def entry_from_record(
     on_file: Sequence[SignalRecord] = (),
     alive: Alive | None = None,
 ) -> dict[str, object]:
-    """A finished drain. `on_file`: the state file's signals of this drain (a resumed drain's record has no
-    time for the signals an earlier run sent, nor the processes that ended while the daemon was down);
+    """A finished drain. `on_file`: the state file's signals (a resumed drain's record has no time for the
+    signals an earlier run sent, nor the processes that ended while the daemon was down; a late-arrival
+    drain's file also has its event's earlier drains', which give times but are not its processes);
     `alive` tells which of those still run (they released the device) and which exited."""
     wall_of = {(s.identity, s.signal): s.sent_at or s.intent_at for s in on_file}
     processes = [_from_record(facts, record, p, wall_of) for p in record.processes.values()]
     seen = set(record.processes)
-    for identity, records in _by_process(on_file).items():
+    for identity, records in _by_process([s for s in on_file if s.intent_at >= facts.started]).items():
         if identity in seen:
             continue
         end = RELEASED if alive is not None and alive(identity) else EXITED
