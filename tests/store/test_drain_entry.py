@@ -140,3 +140,9 @@ def test_a_late_arrival_drain_lists_only_its_own_processes() -> None:
     assert sorted(by_pid(entry)) == [101, 103]  # not B: the first drain's, not this one's
     assert by_pid(entry)[101]["sent_after"] == {"SIGTERM": -59.5}  # before this drain began
     assert by_pid(entry)[103]["late_arrival"] is True
+
+
+def test_a_real_time_signal_the_enum_lacks_is_named_by_its_number() -> None:
+    rec = record()
+    rec.processes[A].exit_status = ExitStatus(signal=40)  # SIGRTMIN+6: no name in signal.Signals
+    assert by_pid(entry_from_record(FACTS, rec))[101]["exit_signal"] == "signal 40"

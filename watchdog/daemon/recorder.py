@@ -11,7 +11,7 @@ alert pages on it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from watchdog.config.settings import Config
@@ -50,6 +50,9 @@ class DrainRecorder:
 
     def restored(self, saved: SavedState, lifecycle: Lifecycle) -> None:
         """At start: the drain on file that will not be resumed, and one from before a reboot."""
+        self._guarded(self._restored, saved, lifecycle)
+
+    def _restored(self, saved: SavedState, lifecycle: Lifecycle) -> None:
         if saved.drain is not None and lifecycle.drain is None:
             why = "its events had cleared when the daemon stopped; ended on restart"
             self._from_file(saved.drain, saved, Outcome.CANCELLED.value, why, alive)
@@ -61,6 +64,9 @@ class DrainRecorder:
 
     def seen(self, lifecycle: Lifecycle) -> None:
         """After each state write: a drain not yet in the history gets its opening entry."""
+        self._guarded(self._seen, lifecycle)
+
+    def _seen(self, lifecycle: Lifecycle) -> None:
         drain = lifecycle.drain
         self.current = None if drain is None else self._facts(drain, lifecycle.events.values())
         if self.current is None or self.current.drain_id in self._recorded:
@@ -75,22 +81,37 @@ class DrainRecorder:
         facts = self.current
         if facts is None:
             return None
-        return entry_from_record(facts, record, self.store.state.signals, alive)
+        try:
+            return entry_from_record(facts, record, self.store.state.signals, alive)
+        except Exception:  # /status shows the drain without its processes rather than fail
+            log.exception("internal error while showing the drain's processes")
+            return None
 
     def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
         """A drain ended (not interrupted): write it down, then count it where it belongs (whoever sees
         the counter move finds the drain in the history)."""
         drain = lifecycle.drain
         if drain is not None:
-            facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
-            self.history.append(entry_from_record(facts, record, self.store.state.signals, alive))
-            self._persisted()
+            self._guarded(self._write_finished, drain, record, lifecycle)
         if record.dry_run:
             self.metrics.dry_run_drains.labels(outcome.value).inc()
         else:
             self.metrics.drains.labels(outcome.value).inc()
             if record.ended is not None:
                 self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
+
+    def _write_finished(self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle) -> None:
+        facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
+        self.history.append(entry_from_record(facts, record, self.store.state.signals, alive))
+        self._persisted()
+
+    def _guarded(self, step: Callable[..., None], *args: object) -> None:
+        """The history is the account, not the drain: a bug in writing it must not stop the daemon from
+        ending a drain or showing its state. Logged whole, and the daemon goes on."""
+        try:
+            step(*args)
+        except Exception:
+            log.exception("internal error while writing the drain history: the daemon carries on")
 
     def tick(self, now: float) -> None:
         """Now and then: write what a full disk held back."""

@@ -62,6 +62,14 @@ def user_name(uid: int | None) -> str | None:
         return str(uid)
 
 
+def signal_name(signum: int) -> str:
+    """`SIGTERM` for 15; a number the enum lacks (a real-time signal, 35-63) as `signal 40`."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def open_entry(facts: DrainFacts) -> dict[str, object]:
     """A drain that has just started: written at once, so a crash or a reboot mid-drain leaves a trace."""
     return _entry(facts, outcome=None, ended=None, processes=[], notes=[])
@@ -145,7 +153,7 @@ def _from_record(
     sent: dict[str, float | None] = {}
     not_sent: dict[str, str] = {}
     for s in proc.signals:
-        name = signal.Signals(s.signum).name
+        name = signal_name(s.signum)
         if s.result is SignalResult.SENT:
             wall = record.wall(s.at) if s.at is not None else wall_of.get((proc.identity, name))
             sent.setdefault(name, _offset(facts, wall))
@@ -167,7 +175,7 @@ def _from_record(
     return _process(
         proc.identity, proc.name, proc.uid, list(proc.devices), sent, not_sent, end,
         _offset(facts, ended_after), status.code if status else None,
-        signal.Signals(status.signal).name if status and status.signal else None, proc.late_arrival, detail,
+        signal_name(status.signal) if status and status.signal else None, proc.late_arrival, detail,
     )  # fmt: skip
 
 
