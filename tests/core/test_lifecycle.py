@@ -226,3 +226,14 @@ def test_a_restored_drain_whose_events_all_cleared_is_over() -> None:
     assert life.drain is None
     assert life.last_outcome == "cancelled"
     assert life.state is DaemonState.IDLE
+
+
+def test_a_rehearsal_that_would_have_timed_out_leaves_the_daemon_drained() -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, now=1000.0)
+    life.drain_finished("timed_out", 1300.0, rehearsed=True)
+    assert (life.state, life.last_outcome) == (DaemonState.DRAINED, "timed_out")
+    again = Lifecycle.restored(life.events.values(), None, life.last_outcome, rehearsed=life.rehearsed)
+    assert again.state is DaemonState.DRAINED
+    real = Lifecycle.restored(life.events.values(), None, life.last_outcome)
+    assert real.state is DaemonState.TIMED_OUT  # the same outcome for real is the daemon's state

@@ -36,6 +36,8 @@ def test_round_trip() -> None:
     assert SavedState.from_json(SavedState("b").to_json(1.0)) == SavedState("b")
     leave = replace(STATE, on_timeout="leave")
     assert SavedState.from_json(leave.to_json(written_at=500.0)) == leave
+    rehearsed = replace(STATE, last_outcome="timed_out", last_dry_run=True)
+    assert SavedState.from_json(rehearsed.to_json(written_at=500.0)) == rehearsed
 
 
 def test_the_file_keeps_its_field_names() -> None:
@@ -78,10 +80,12 @@ def test_an_old_file_loads() -> None:
     for name in ("id", "late"):
         del data["drain"][name]  # type: ignore[index]
     data["drain"]["phase"] = "terminating"  # type: ignore[index]
+    del data["last_dry_run"]  # before rehearsals were told apart: a real drain
     state = SavedState.from_json(data)
     (event,) = state.events
     assert (event.deadline, event.confirmed) == (None, False)
     assert state.drain == ActiveDrain(["ev"], 101.0, 401.0, drain_id=drain_id_at(101.0))
+    assert state.last_dry_run is False
 
 
 def good() -> dict[str, Any]:
@@ -100,6 +104,7 @@ def good() -> dict[str, Any]:
         (lambda d: d["events"][0].update(drained="yes"), "events[0].drained: expected true or false"),
         (lambda d: d["drain"].update(event_ids=[1]), "drain.event_ids: expected a list of event ids"),
         (lambda d: d.update(last_outcome=7), "last_outcome: expected a string or null"),
+        (lambda d: d.update(last_dry_run="no"), "last_dry_run: expected true or false"),
         (lambda d: d["drain"].update(on_timeout="wait"), "drain.on_timeout: expected kill or leave"),
         (lambda d: d["drain"].update(grace=float("nan")), "drain.grace: expected a number"),
         (lambda d: d.update(signals={}), "signals: expected a list"),
