@@ -64,5 +64,5 @@ def test_a_real_drain_counts_and_its_history_says_so(
         harness.wait_metric("tpu_watchdog_drains_total", 1, outcome="exited")
         assert harness.metric("tpu_watchdog_dry_run_drains_total", outcome="exited") == 0
         assert harness.metric("tpu_watchdog_history_persisted") == 1
-        (entry,) = harness.daemon.history.entries()
+        (entry,) = harness.daemon.recorder.history.entries()
         assert (entry["outcome"], entry["dry_run"]) == ("exited", False)

@@ -41,7 +41,7 @@ def test_a_drain_cut_by_a_clean_restart_is_one_drain_in_the_history(
     with DaemonHarness(state_dir, fake, workloads, maintenance_grace=6.0) as harness:
         fake.set(MAINTENANCE, TERMINATE)
         child.expect("term")
-        wait_for(lambda: harness.daemon.history.entries(), what="the drain's opening entry")
+        wait_for(lambda: harness.daemon.recorder.history.entries(), what="the drain's opening entry")
         drain_id = harness.daemon.lifecycle.drain.drain_id  # type: ignore[union-attr]
     opened = load_entries(str(state_dir / HISTORY_FILE))
     assert [(e["id"], e["outcome"]) for e in opened] == [(drain_id, None)]  # on disk before the restart

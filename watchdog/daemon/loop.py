@@ -46,7 +46,6 @@ from watchdog.daemon.sighup import ReloadAsked
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
-from watchdog.store.history import DrainHistory
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookContext, HookRunner
 from watchdog.surface.logs import fields
@@ -80,7 +79,6 @@ class Daemon:
         identity: Fetch | None = None,
         wedge_file: str | None = None,
         confirm_wait: float = CONFIRM_WAIT,
-        history: DrainHistory | None = None,
     ) -> None:
         self.config = config
         self.stop = stop
@@ -98,11 +96,10 @@ class Daemon:
         self.lifecycle = Lifecycle.restored(
             saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run
         )
-        self.history = history or DrainHistory(store.dir, clock=self.clock)
-        self.recorder = DrainRecorder(self.history, store, config, metrics, self.clock)
+        self.recorder = DrainRecorder(store, config, metrics, self.clock)  # the history, in the state dir
         self.recorder.restored(saved, self.lifecycle)
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
-        self.view.history, self.view.live_entry = self.history, self.recorder.live
+        self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
         self._identity = identity
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked

@@ -38,11 +38,9 @@ def alive(identity: ProcessIdentity) -> bool:
 
 
 class DrainRecorder:
-    def __init__(
-        self, history: DrainHistory, store: StateStore, config: Config, metrics: Metrics, clock: Clock
-    ) -> None:
-        self.history, self.store, self.config, self.metrics = history, store, config, metrics
-        self.clock = clock
+    def __init__(self, store: StateStore, config: Config, metrics: Metrics, clock: Clock) -> None:
+        self.history = DrainHistory(store.dir, clock=clock)
+        self.store, self.config, self.metrics, self.clock = store, config, metrics, clock
         self._recorded: set[str] = set()  # drains of this run whose start is in the history
         self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
         self._next_retry = 0.0
