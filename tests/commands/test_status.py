@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_status_during_and_after_a_drain_names_each_process(
     lines = {int(line.split()[0]): line for line in during.splitlines() if line.strip()[:1].isdigit()}
     assert "SIGTERM +" in lines[stubborn.popen.pid]
     assert lines[stubborn.popen.pid].rstrip().endswith("running")
-    assert "gone: exited after" in lines[quick.popen.pid]  # not the daemon's child: its status is unknown
+    assert re.search(r"gone: exited( 0)? after", lines[quick.popen.pid])  # its status, when it can be read
     assert "python" in lines[quick.popen.pid]  # the process name
     no_data_structure(during)
     assert "last drain:  exited" in after

@@ -38,13 +38,19 @@ def alive(identity: ProcessIdentity) -> bool:
 
 
 class DrainRecorder:
-    def __init__(self, store: StateStore, config: Config, metrics: Metrics, clock: Clock) -> None:
+    def __init__(
+        self, store: StateStore, config: Config, metrics: Metrics, clock: Clock, saved: SavedState,
+        lifecycle: Lifecycle,
+    ) -> None:  # fmt: skip
+        """The history of `store`'s directory; the drain `saved` had that `lifecycle` will not resume is
+        written to it at once (see `restored`)."""
         self.history = DrainHistory(store.dir, clock=clock)
         self.store, self.config, self.metrics, self.clock = store, config, metrics, clock
         self._recorded: set[str] = set()  # drains of this run whose start is in the history
         self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
         self._next_retry = 0.0
         metrics.dry_run.set(1 if config.dry_run else 0)
+        self.restored(saved, lifecycle)
 
     def restored(self, saved: SavedState, lifecycle: Lifecycle) -> None:
         """At start: the drain on file that will not be resumed, and one from before a reboot."""
