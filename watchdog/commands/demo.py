@@ -97,9 +97,9 @@ def relay(stream: object, prefix: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from watchdog.commands.status import render
     from watchdog.config.settings import default_config
     from watchdog.daemon.compose import Wiring, build_daemon
+    from watchdog.daemon.status_text import render
     from watchdog.fake.server import FakeMetadataServer
     from watchdog.surface.httpapi import HttpSurface
     from watchdog.surface.notify import Notifier
