@@ -142,6 +142,12 @@ class Metrics:
             list(HOST_LABELS),
             registry=r,
         )
+        self.holders_left = Counter(
+            "tpu_watchdog_holders_left",
+            "TPU holders that exited while this host had no event and no drain: on a multi-host job, "
+            "another host's event ending the job here.",
+            registry=r,
+        )
         self._host_info_labels: tuple[str, ...] | None = None
         self._zero_initialise(error_kinds)
 

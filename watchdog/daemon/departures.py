@@ -1,0 +1,79 @@
+"""Holders that exit while this host has no event: the job left on its own, not drained by this daemon.
+
+On a multi-host job (and on Multislice), maintenance on one host ends the job on every host: the daemon
+there SIGTERMs its holder, JAX's coordination service tells every other process to save the same step and
+exit, and the other hosts' daemons see their holders go without having signalled anyone. Each such exit is
+said once (journal `holder_left`, with how it ended when that can be known) and counted
+(`tpu_watchdog_holders_left_total`), and the holders gauge and /status drop it at once instead of at the
+next idle scan, so a host's record shows that its job left on its own. Between drains the loop watches the
+holders of its last scan by pidfd (host/exits.py): one poll(2) per tick, no walk of /proc. A holder that
+closes the device and keeps running is not an exit: the next idle scan shows it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.daemon.view import StatusView
+from watchdog.host.exits import PidfdExitWaiter
+from watchdog.host.signals import ProcessHandles
+from watchdog.surface.logs import fields
+from watchdog.surface.metrics import Metrics
+
+log = logging.getLogger("tpu-watchdog")
+
+
+class Departures:
+    """The holders of the last idle scan, watched for exits while no event is on and no drain runs."""
+
+    def __init__(self, metrics: Metrics, proc_root: str | None = None) -> None:
+        self.metrics = metrics
+        handles = ProcessHandles() if proc_root is None else ProcessHandles(proc_root)
+        self.waiter = PidfdExitWaiter(handles)
+        self.tracked: dict[ProcessIdentity, Holder] = {}
+
+    def track(self, holders: list[Holder]) -> None:
+        """Watch the holders of a fresh scan; stop watching those it no longer shows (they released)."""
+        current = {h.identity: h for h in holders}
+        for identity in list(self.tracked):
+            if identity not in current:
+                self.waiter.unwatch(identity)
+                del self.tracked[identity]
+        for identity, holder in current.items():
+            if identity not in self.tracked and self.waiter.watch(identity) is None:
+                self.tracked[identity] = holder
+
+    def left(self) -> list[Holder]:
+        """The tracked holders that exited since the last call (non-blocking), each said and counted."""
+        if not self.tracked:
+            return []
+        gone = []
+        for identity, status in self.waiter.wait(0):
+            holder = self.tracked.pop(identity, None)
+            if holder is None:
+                continue
+            gone.append(holder)
+            how = f" ({status})" if status.known else ""
+            self.metrics.holders_left.inc()
+            log.warning(
+                "pid %d (%s) stopped holding the TPU: it exited%s with no event on this host and no signal "
+                "from this daemon: it left on its own (on a multi-host job, most likely another host's event "
+                "ending the job)", holder.pid, holder.name, how,
+                extra=fields("holder_left", pid=holder.pid, exit_status=str(status)),
+            )  # fmt: skip
+        return gone
+
+    def tick(self, busy: bool, view: StatusView) -> None:
+        """Each turn of the loop: while `busy` (an event is on, a drain runs) forget the holders; else drop
+        those that left from /status and the gauge."""
+        if busy:
+            self.forget()
+        elif left := self.left():
+            view.holders = [h for h in view.holders if h not in left]
+            self.metrics.set_holders(view.holders)
+
+    def forget(self) -> None:
+        """An event is on or a drain runs: what exits now is the drain's business, not a departure."""
+        self.waiter.close()
+        self.tracked.clear()
