@@ -55,6 +55,7 @@ ONE_WORKER = {
     "tests/system/test_multihost.py": "jax",
     "tests/system/test_multihost_lossy.py": "jax",
     "tests/system/test_e2e_jax.py": "jax",
+    "tests/commands/test_demo.py": "jax",  # demo --multihost
 }
 
 
