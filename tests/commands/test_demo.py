@@ -87,8 +87,7 @@ def test_without_jax_the_multihost_demo_says_how_to_install_it() -> None:
 
 
 @pytest.mark.slow
-@needs_hosts[0]
-@needs_hosts[1]
+@needs_hosts
 def test_the_multihost_demo_plays_maintenance_on_one_of_two_hosts() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "watchdog", "demo", "--multihost"], capture_output=True, text=True,

@@ -4,9 +4,6 @@ to skip (no root, no unshare, no JAX) in one place."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -14,18 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.workloads import UniqueDevice
-from watchdog.fake.hosts import Cluster, Job
+from watchdog.fake.hosts import Cluster, Job, missing
 
-needs_hosts = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("jax") is None or importlib.util.find_spec("orbax") is None,
-        reason="jax and orbax-checkpoint are not installed (make test installs them: the e2e extra)",
-    ),
-    pytest.mark.skipif(
-        shutil.which("unshare") is None or os.geteuid() != 0,
-        reason="needs unshare (util-linux) and root: each simulated host is a PID namespace",
-    ),
-]
+needs_hosts = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 ON = {"maintenance": ("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE"),
       "preempted": ("instance/preempted", "TRUE")}  # fmt: skip
 

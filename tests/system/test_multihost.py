@@ -21,7 +21,7 @@ SAVE_INTERVAL = 1000  # far from any step the job reaches in these tests: a save
 CONFIG = "[drain]\nmaintenance_grace = 60\npreemption_grace = 60\n"  # the job must not need the deadline
 EXIT_WITHIN = 90.0  # s from the event to every process's exit: measured ~3 s (bench/bench_multihost.py)
 
-pytestmark = [pytest.mark.slow, *needs_hosts]
+pytestmark = [pytest.mark.slow, needs_hosts]
 
 
 def saved_the_same_off_interval_step(hosts: Cluster) -> int:

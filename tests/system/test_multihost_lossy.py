@@ -21,7 +21,7 @@ SAVE_INTERVAL = 1000
 GRACE = 3.0  # s: short, so the job that never exits is SIGKILLed soon
 CONFIG = f"[drain]\nmaintenance_grace = {GRACE}\n"
 
-pytestmark = [pytest.mark.slow, *needs_hosts]
+pytestmark = [pytest.mark.slow, needs_hosts]
 
 
 def lossy(mistake: str) -> Job:

@@ -213,35 +213,13 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def multihost_missing() -> str | None:
-    """Why the multi-host demo cannot run here, and how to make it run; None if it can."""
-    import importlib.util
-    import shutil
-
-    from watchdog.fake.hosts import TRAINER
-
-    missing = [name for name in ("jax", "orbax") if importlib.util.find_spec(name) is None]
-    if missing:
-        return (
-            f"the multi-host demo runs a real JAX + Orbax job, and {' and '.join(missing)} "
-            f"{'are' if len(missing) > 1 else 'is'} not installed "
-            f"for {sys.executable}: install them with `{sys.executable} -m pip install jax orbax-checkpoint` "
-            "(in a checkout, `make setup` does it), then run `tpu-watchdog demo --multihost` again"
-        )
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        return "each simulated host is a PID namespace: run it as root, with unshare(1) (util-linux)"
-    if not TRAINER.is_file():
-        return f"the job is {TRAINER}, which only a checkout has: run the demo from one"
-    return None
-
-
 def run_multihost(args: argparse.Namespace) -> int:
     """Scenario (a) of tests/system/test_multihost.py, narrated: one job on two hosts, maintenance on one."""
-    from watchdog.fake.hosts import Cluster, Job
+    from watchdog.fake.hosts import Cluster, Job, missing
 
-    why_not = multihost_missing()
+    why_not = missing()
     if why_not is not None:
-        sys.stderr.write(f"tpu-watchdog demo --multihost: {why_not}\n")
+        sys.stderr.write(f"tpu-watchdog demo --multihost cannot run here: {why_not}; then try again\n")
         return EXIT_DEMO_NEEDS
     tmp = Path(tempfile.mkdtemp(prefix="tpu-watchdog-demo-multihost-"))
     started = time.monotonic()

@@ -36,6 +36,24 @@ TRAINER = EXAMPLES / "multihost_trainer.py"  # in a checkout; the .deb ships no 
 MakeDevice = Callable[[Path], Path]  # a directory -> a device node made in it
 
 
+def missing() -> str | None:
+    """What this machine lacks to run simulated hosts with the default job, in words; None: nothing."""
+    import importlib.util
+    import shutil
+
+    lacking = [name for name in ("jax", "orbax") if importlib.util.find_spec(name) is None]
+    if lacking:
+        verb = "are" if len(lacking) > 1 else "is"
+        return f"the job is a real JAX + Orbax job, and {' and '.join(lacking)} {verb} not installed for " \
+            f"{sys.executable}: `{sys.executable} -m pip install jax orbax-checkpoint` (in a checkout, " \
+            "`make setup` does it)"  # fmt: skip
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return "each simulated host is a PID namespace: it needs root and unshare(1) (util-linux)"
+    if not TRAINER.is_file():
+        return f"the job is {TRAINER}, which only a checkout has"
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -211,6 +229,7 @@ class Cluster:
     ) -> None:  # fmt: skip
         self.work, self.job, self.python = work, job, python
         self.env = env if env is not None else child_env()
+        work.mkdir(parents=True, exist_ok=True)
         self.config = work / "config.toml"
         self.config.write_text(config)
         self.checkpoints = work / "checkpoints"
