@@ -5,9 +5,10 @@ there SIGTERMs its holder, JAX's coordination service tells every other process 
 exit, and the other hosts' daemons see their holders go without having signalled anyone. Each such exit is
 said once (journal `holder_left`, with how it ended when that can be known) and counted
 (`tpu_watchdog_holders_left_total`), and the holders gauge and /status drop it at once instead of at the
-next idle scan, so a host's record shows that its job left on its own. Between drains the loop watches the
-holders of its last scan by pidfd (host/exits.py): one poll(2) per tick, no walk of /proc. A holder that
-closes the device and keeps running is not an exit: the next idle scan shows it.
+next idle scan, so a host's record shows that its job left on its own. Between drains the loop checks the
+holders of its last scan once a tick (host/exits.py, without pidfds: /proc/PID/stat of each, no walk of
+/proc, and no fd held per holder, so an idle daemon's fds stay flat however many holders come and go). A
+holder that closes the device and keeps running is not an exit: the next idle scan shows it.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ log = logging.getLogger("tpu-watchdog")
 class Departures:
     """The holders of the last idle scan, watched for exits while no event is on and no drain runs."""
 
-    def __init__(self, metrics: Metrics, proc_root: str | None = None) -> None:
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        handles = ProcessHandles() if proc_root is None else ProcessHandles(proc_root)
-        self.waiter = PidfdExitWaiter(handles)
+        self.waiter = PidfdExitWaiter(ProcessHandles(use_pidfd=False))
         self.tracked: dict[ProcessIdentity, Holder] = {}
 
     def track(self, holders: list[Holder]) -> None:
