@@ -4,6 +4,7 @@ never while an event is on or a drain runs (those exits are the drain's). Real c
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from types import SimpleNamespace
 
@@ -29,7 +30,9 @@ def test_a_holder_that_exits_on_its_own_is_said_once_and_counted(
     child = workloads.start("handled")
     holders = list(OwnScanner(workloads).scan().holders)
     view = SimpleNamespace(holders=holders)
+    fds = len(os.listdir("/proc/self/fd"))
     departures.track(holders)
+    assert len(os.listdir("/proc/self/fd")) == fds  # no fd per holder: the idle daemon's fds stay flat
     departures.tick(False, view)  # type: ignore[arg-type]
     assert left_total(metrics) == 0
     child.popen.send_signal(signal.SIGTERM)  # not the daemon: someone else ended it (another host's event)

@@ -7,6 +7,7 @@ and is SIGKILLed at the deadline.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests.support.multihost import announce, needs_hosts, started
 from tests.support.waiting import wait_for
+from watchdog.exitcodes import EXIT_LOST
 from watchdog.fake.hosts import Cluster, Job, SimulatedHost
 
 LOSSY = Path(__file__).resolve().parents[1] / "support" / "lossy_trainer.py"
@@ -81,3 +83,16 @@ def test_a_python_handler_after_initialize_never_exits_and_is_killed_at_the_dead
         nothing_saved_for_the_event(hosts)
         # TODO(hist: drain history): assert the history (and `drill`) say it never left on its own, once
         # store/history.py is on main.
+
+
+def test_a_drill_shows_the_python_handler_job_never_leaves_on_its_own(tmp_path: Path) -> None:
+    """It looks ready from outside (it catches SIGTERM); only a drill on its host shows it is not."""
+    with started(tmp_path, lossy("handler-after-initialize"), CONFIG) as hosts:
+        host = hosts.hosts[0]
+        drill = [sys.executable, "-m", "watchdog", "drill", "--device", str(host.device),
+                 "--grace", str(GRACE), "--state-dir", str(tmp_path / "drill-state")]  # fmt: skip
+        done = host.inside(drill, 60, hosts.env)
+        assert done.returncode == EXIT_LOST, done.stdout + done.stderr
+        assert "NEEDED SIGKILL: still holding the TPU at the deadline; its progress is lost" in done.stdout
+        [end] = hosts.wait_exited(10)
+        assert end.get("signal") == 9, end

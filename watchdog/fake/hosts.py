@@ -199,6 +199,18 @@ class SimulatedHost:
             text: str = answer.read().decode()
             return text
 
+    def inside(
+        self, argv: list[str], timeout: float, env: dict[str, str]
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `argv` on this host: in its PID and mount namespaces (its /proc), as an SRE's shell there."""
+        if self.process is None:
+            raise RuntimeError(f"{self.name} is not started")
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        return subprocess.run(
+            ["nsenter", "--target", children[0], "--pid", "--mount", *argv],
+            capture_output=True, text=True, timeout=timeout, check=False, env=env,
+        )  # fmt: skip
+
     def watching(self) -> bool:
         """The daemon is up, has heard every watched key, and has seen the job's process hold the device."""
         status = self.status()
