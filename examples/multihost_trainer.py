@@ -1,9 +1,10 @@
 """One process of a multi-host JAX + Orbax job that survives maintenance on ANY of its hosts: copy this loop.
 
-Run one process per host (on Cloud TPU, `jax.distributed.initialize()` finds the coordinator and the process
-ids itself; here they are given, so the job runs on CPU on one machine). tpu-watchdog SIGTERMs only the
-processes of the hosts under maintenance; the rest of the job learns of it through JAX's coordination
-service, and every process saves the same step and exits. What must be true for that sync point:
+Run one process per host. On Cloud TPU, run it without --coordinator: `jax.distributed.initialize()` finds
+the coordinator and the process ids itself. Given them, the job runs on CPU, all on one machine.
+tpu-watchdog SIGTERMs only the processes of the hosts under maintenance; the rest of the job learns of it
+through JAX's coordination service, and every process saves the same step and exits. What must be true
+for that sync point:
 
 1. `jax.distributed.initialize(...)` first, before any other JAX call and before any SIGTERM handler of
    your own: it installs JAX's preemption notifier, which owns SIGTERM. Without it, SIGTERM's default
@@ -20,9 +21,11 @@ service, and every process saves the same step and exits. What must be true for 
    `wait_until_finished()`, `close()`, `jax.distributed.shutdown()` and EXIT. A job that keeps training
    makes the host wait the whole grace (5 minutes on maintenance) and is then SIGKILLed.
 
-    # host 0 and host 1 of a 2-process job (the same command, its own --process-id on each):
-    python examples/multihost_trainer.py --coordinator 10.0.0.2:8476 --num-processes 2 --process-id 0 \
-        --checkpoint-dir /mnt/shared/ckpt
+    # on every host of a Cloud TPU slice (or Multislice), the same command; a directory every host sees:
+    python multihost_trainer.py --checkpoint-dir /mnt/shared/ckpt
+    # on CPU, process 0 and process 1 of a 2-process job on this machine:
+    JAX_PLATFORMS=cpu python multihost_trainer.py --coordinator 127.0.0.1:8476 --num-processes 2 \
+        --process-id 0 --checkpoint-dir /tmp/ckpt   # and --process-id 1 beside it
 
 `--hold PATH` keeps a file open for the whole run: the tests, the benchmark and `tpu-watchdog demo
 --multihost` pass each simulated host's TPU device node, so that host's daemon sees the process as a TPU
@@ -45,9 +48,9 @@ STEPS_BEFORE_READY = 5
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--coordinator", required=True, help="HOST:PORT of process 0's coordination service")
-    parser.add_argument("--num-processes", type=int, required=True)
-    parser.add_argument("--process-id", type=int, required=True)
+    parser.add_argument("--coordinator", help="HOST:PORT of process 0 (none: Cloud TPU finds it)")
+    parser.add_argument("--num-processes", type=int, help="with --coordinator: the job's processes")
+    parser.add_argument("--process-id", type=int, help="with --coordinator: this process's index")
     parser.add_argument("--slices", type=int, default=1, help="Multislice: the job's slices (mesh rows)")
     parser.add_argument("--checkpoint-dir", required=True, type=Path, help="the same for every process")
     parser.add_argument("--save-interval", type=int, default=1000, help="regular checkpoint every N steps")
@@ -66,9 +69,12 @@ def hold(paths: list[str]) -> list[int]:
 
 
 def initialize(args: argparse.Namespace) -> None:
-    """Rule 1: before anything else of JAX's. On Cloud TPU: `jax.distributed.initialize()`."""
+    """Rule 1: before anything else of JAX's."""
     import jax
 
+    if args.coordinator is None:
+        jax.distributed.initialize()  # Cloud TPU: the coordinator and the process ids from the metadata
+        return
     jax.distributed.initialize(
         coordinator_address=args.coordinator,
         num_processes=args.num_processes,
@@ -105,7 +111,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     if step:
         params = manager.restore(step, args=ocp.args.StandardRestore(params))
     update = jax.jit(lambda p: {"w": p["w"] + 0.01})
-    print(f"process {args.process_id}/{args.num_processes}: training from step {step} (pid {os.getpid()})")
+    me = f"process {jax.process_index()}/{jax.process_count()}"
+    print(f"{me}: training from step {step} (pid {os.getpid()})")
     sys.stdout.flush()
     outcome = "finished"
     while step < args.max_steps:
@@ -121,8 +128,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     manager.wait_until_finished()
     saved = sorted(manager.all_steps())
     manager.close()
-    print(f"process {args.process_id}: {outcome}: checkpoint saved at step {step}")
-    return {"process_id": args.process_id, "outcome": outcome, "step": step, "saved_steps": saved}
+    print(f"process {jax.process_index()}: {outcome}: checkpoint saved at step {step}")
+    return {"process_id": jax.process_index(), "outcome": outcome, "step": step, "saved_steps": saved}
 
 
 def main(argv: list[str]) -> int:
