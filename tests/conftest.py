@@ -47,15 +47,16 @@ RUN_FIRST = (
     "tests/system/",
 )
 # Modules whose module-scoped fixtures are expensive (a .deb build, a booted container): run on one worker,
-# so each is set up once. And the JAX jobs, one after another on one worker: side by side, their 9
-# processes (~300 MB and seconds of CPU start-up each) would starve the 2 cores and each other.
+# so each is set up once. And the JAX jobs, on two workers, each running its share one after another
+# (measured serially: 60 s and 60 s): all side by side, their 12 processes (~300 MB and seconds of CPU
+# start-up each) would starve the 2 cores and each other; on one worker they would be 2 minutes of the run.
 ONE_WORKER = {
     "tests/system/packaging/test_deb.py": "deb",
     "tests/system/systemd/test_nspawn.py": "nspawn",
-    "tests/system/test_multihost.py": "jax",
+    "tests/system/test_multihost.py": "jax-hosts",  # 2 and 4 processes
     "tests/system/test_multihost_lossy.py": "jax",
     "tests/system/test_e2e_jax.py": "jax",
-    "tests/commands/test_demo.py": "jax",  # demo --multihost
+    "tests/commands/test_demo.py": "jax",  # demo --multihost: 2 processes
 }
 
 
