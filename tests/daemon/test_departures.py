@@ -25,6 +25,7 @@ def left_total(metrics: Metrics) -> float:
 def test_a_holder_that_exits_on_its_own_is_said_once_and_counted(
     workloads: Workloads, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)
     metrics = Metrics()
     departures = Departures(metrics)
     child = workloads.start("handled")
@@ -39,7 +40,7 @@ def test_a_holder_that_exits_on_its_own_is_said_once_and_counted(
     wait_for(lambda: departures.tick(False, view) or not view.holders, 10, what="the departure")  # type: ignore[arg-type, func-returns-value]
     assert left_total(metrics) == 1
     assert metrics.registry.get_sample_value("tpu_watchdog_device_holders") == 0
-    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert len(said) == 1
     assert f"pid {child.popen.pid}" in said[0]
     assert "exited 0" in said[0]

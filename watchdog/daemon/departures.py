@@ -2,13 +2,14 @@
 
 On a multi-host job (and on Multislice), maintenance on one host ends the job on every host: the daemon
 there SIGTERMs its holder, JAX's coordination service tells every other process to save the same step and
-exit, and the other hosts' daemons see their holders go without having signalled anyone. Each such exit is
-said once (journal `holder_left`, with how it ended when that can be known) and counted
-(`tpu_watchdog_holders_left_total`), and the holders gauge and /status drop it at once instead of at the
-next idle scan, so a host's record shows that its job left on its own. Between drains the loop checks the
-holders of its last scan once a tick (host/exits.py, without pidfds: /proc/PID/stat of each, no walk of
-/proc, and no fd held per holder, so an idle daemon's fds stay flat however many holders come and go). A
-holder that closes the device and keeps running is not an exit: the next idle scan shows it.
+exit, and the other hosts' daemons see their holders go without having signalled anyone. Each such exit
+is said once (journal `holder_left`, at INFO: a job that simply finishes looks the same; with how it ended
+when that can be known) and counted (`tpu_watchdog_holders_left_total`), and the holders gauge and /status
+drop it at once instead of at the next idle scan, so a host's record shows that its job left on its own.
+Between drains the loop checks the holders of its last scan once a tick (host/exits.py, without pidfds:
+/proc/PID/stat of each, no walk of /proc, no fd held per holder, so an idle daemon's fds stay flat however
+many holders come and go). A holder that closes the device and keeps running is not an exit: the next idle
+scan shows it.
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ class Departures:
             gone.append(holder)
             how = f" ({status})" if status.known else ""
             self.metrics.holders_left.inc()
-            log.warning(
-                "pid %d (%s) stopped holding the TPU: it exited%s with no event on this host and no signal "
-                "from this daemon: it left on its own (on a multi-host job, most likely another host's event "
-                "ending the job)", holder.pid, holder.name, how,
+            log.info(
+                "pid %d (%s) exited%s and no longer holds the TPU, with no event on this host and no signal "
+                "from this daemon: it left on its own (a job that finished; or, on a multi-host job, another "
+                "host's event ending the job)", holder.pid, holder.name, how,
                 extra=fields("holder_left", pid=holder.pid, exit_status=str(status)),
             )  # fmt: skip
         return gone

@@ -144,8 +144,8 @@ class Metrics:
         )
         self.holders_left = Counter(
             "tpu_watchdog_holders_left",
-            "TPU holders that exited while this host had no event and no drain: on a multi-host job, "
-            "another host's event ending the job here.",
+            "TPU holders that exited on their own while this host had no event and no drain: a job that "
+            "finished, or on a multi-host job another host's event ending it here.",
             registry=r,
         )
         self._host_info_labels: tuple[str, ...] | None = None
