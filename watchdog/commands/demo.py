@@ -227,6 +227,7 @@ def run_multihost(args: argparse.Namespace) -> int:
     try:
         say("1. two simulated TPU hosts: each its own PID namespace and /proc, metadata server, device node "
             "and tpu-watchdog run")  # fmt: skip
+        # make_device's numbers (/dev/full's) are safe here: each daemon sees only its own host's processes.
         with Cluster(tmp, job, make_device, "[drain]\nmaintenance_grace = 60\n") as hosts:
             for host in hosts.hosts:
                 sys.stdout.write(f"{host.name}: metadata {host.fake.address}, daemon http://127.0.0.1:"
