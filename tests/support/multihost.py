@@ -4,6 +4,8 @@ to skip (no root, no unshare, no JAX) in one place."""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.workloads import UniqueDevice
-from watchdog.fake.hosts import Cluster, Job, missing
+from watchdog.fake.hosts import Cluster, Job, SimulatedHost, missing
 
 needs_hosts = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 ON = {"maintenance": ("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE"),
@@ -38,3 +40,12 @@ def announce(hosts: Cluster, index: int, kind: str) -> None:
     """Maintenance (TERMINATE) or a preemption on host `index`'s metadata server."""
     path, value = ON[kind]
     hosts.hosts[index].fake.set(path, value)
+
+
+def readiness(hosts: Cluster, host: SimulatedHost) -> tuple[int, list[str | None]]:
+    """`tpu-watchdog readiness --json` on `host` (in its namespaces): its exit status, each holder's SIGTERM.
+    Asked fresh: the daemon's own view is from its last idle scan, which may predate the job's initialize."""
+    argv = [sys.executable, "-m", "watchdog", "readiness", "--device", str(host.device), "--json"]
+    done = host.inside(argv, 60, hosts.env)
+    verdicts = json.loads(done.stdout) if done.stdout.strip() else []
+    return done.returncode, [v["sigterm"] for v in verdicts]

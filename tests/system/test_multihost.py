@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.multihost import announce, needs_hosts, started
+from tests.support.multihost import announce, needs_hosts, readiness, started
 from tests.support.waiting import wait_for
 from watchdog.fake.hosts import Cluster, Job, SimulatedHost
 
@@ -72,6 +72,8 @@ def test_maintenance_on_one_of_two_hosts_saves_the_whole_job(tmp_path: Path) -> 
     """(a) TERMINATE on host 1 only: both processes save the same step and exit 0; host 1's drain ends
     exited; host 0's daemon signals nothing and records that its holder left on its own."""
     with started(tmp_path, Job(hosts=2, save_interval=SAVE_INTERVAL), CONFIG) as hosts:
+        for host in hosts.hosts:  # after jax.distributed.initialize, JAX's notifier catches SIGTERM
+            assert readiness(hosts, host) == (0, ["caught"]), host.name
         announce(hosts, 1, "maintenance")
         saved_the_same_off_interval_step(hosts)
         drained(hosts.hosts[1])

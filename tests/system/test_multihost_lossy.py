@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.multihost import announce, needs_hosts, started
+from tests.support.multihost import announce, needs_hosts, readiness, started
 from tests.support.waiting import wait_for
 from watchdog.exitcodes import EXIT_LOST
 from watchdog.fake.hosts import Cluster, Job, SimulatedHost
@@ -45,8 +45,12 @@ def nothing_saved_for_the_event(hosts: Cluster) -> None:
 
 def test_a_job_without_distributed_initialize_dies_of_sigterm_without_saving(tmp_path: Path) -> None:
     with started(tmp_path, lossy("no-initialize"), CONFIG) as hosts:
-        # TODO(ready: SIGTERM disposition): assert the daemon flags this holder `default` before the event
-        # (holders --json "sigterm", tpu_watchdog_device_holders_by_sigterm) once it is on main.
+        host = hosts.hosts[0]
+        assert readiness(hosts, host) == (EXIT_LOST, ["default"])  # flagged before the event
+        status = host.status()
+        assert status is not None
+        assert [h["sigterm"] for h in status["holders"]] == ["default"]  # the daemon's view: default too
+        assert 'tpu_watchdog_device_holders_by_sigterm{disposition="default"} 1.0' in host.metrics()
         announce(hosts, 0, "maintenance")
         [end] = hosts.wait_exited(30)
         assert end.get("signal") == 15, (end, hosts.logs())  # SIGTERM's default action
@@ -62,15 +66,14 @@ def test_a_job_without_distributed_initialize_dies_of_sigterm_without_saving(tmp
         else:
             assert process["exit_status"] == "unknown", process
         nothing_saved_for_the_event(hosts)
-        # TODO(hist: drain history, with ready's SIGTERM disposition): assert `tpu-watchdog history` says this
-        # process died of SIGTERM's default action without saving (known from its disposition before the
-        # signal, as its exit status mostly is not), once both are on main.
+        # TODO(hist: drain history): assert `tpu-watchdog history` says this process died of SIGTERM's
+        # default action without saving (its disposition was known before the signal; its exit status
+        # mostly is not), once store/history.py is on main.
 
 
 def test_a_python_handler_after_initialize_never_exits_and_is_killed_at_the_deadline(tmp_path: Path) -> None:
     with started(tmp_path, lossy("handler-after-initialize"), CONFIG) as hosts:
-        # TODO(ready: SIGTERM disposition): assert this holder shows `caught` (it looks ready: only a drill
-        # shows otherwise) once the disposition is on main.
+        assert readiness(hosts, hosts.hosts[0]) == (0, ["caught"])  # it looks ready: only a drill tells
         announce(hosts, 0, "maintenance")
         [end] = hosts.wait_exited(GRACE + 30)
         assert end.get("signal") == 9, (end, hosts.logs())  # SIGKILL at the deadline
