@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from watchdog.core.drain_record import ExitStatus
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.daemon.view import StatusView
 from watchdog.host.exits import PidfdExitWaiter
@@ -45,16 +46,27 @@ class Departures:
             if identity not in self.tracked and self.waiter.watch(identity) is None:
                 self.tracked[identity] = holder
 
-    def left(self) -> list[Holder]:
-        """The tracked holders that exited since the last call (non-blocking), each said and counted."""
+    def left(self) -> list[tuple[Holder, ExitStatus]]:
+        """The tracked holders that exited since the last call (non-blocking), with how they ended."""
         if not self.tracked:
             return []
-        gone = []
-        for identity, status in self.waiter.wait(0):
-            holder = self.tracked.pop(identity, None)
-            if holder is None:
-                continue
-            gone.append(holder)
+        exits = self.waiter.wait(0)
+        return [(self.tracked.pop(i), status) for i, status in exits if i in self.tracked]
+
+    def tick(self, busy: bool, view: StatusView) -> None:
+        """Each turn of the loop: while `busy` (an event is on, a drain runs) forget the holders; else drop
+        those that left from /status and the gauge, then count and say each (a scrape that sees the count
+        sees the gauge without them)."""
+        if busy:
+            self.forget()
+            return
+        left = self.left()
+        if not left:
+            return
+        gone = [holder for holder, _ in left]
+        view.holders = [h for h in view.holders if h not in gone]
+        self.metrics.set_holders(view.holders)
+        for holder, status in left:
             how = f" ({status})" if status.known else ""
             self.metrics.holders_left.inc()
             log.info(
@@ -63,16 +75,6 @@ class Departures:
                 "host's event ending the job)", holder.pid, holder.name, how,
                 extra=fields("holder_left", pid=holder.pid, exit_status=str(status)),
             )  # fmt: skip
-        return gone
-
-    def tick(self, busy: bool, view: StatusView) -> None:
-        """Each turn of the loop: while `busy` (an event is on, a drain runs) forget the holders; else drop
-        those that left from /status and the gauge."""
-        if busy:
-            self.forget()
-        elif left := self.left():
-            view.holders = [h for h in view.holders if h not in left]
-            self.metrics.set_holders(view.holders)
 
     def forget(self) -> None:
         """An event is on or a drain runs: what exits now is the drain's business, not a departure."""
