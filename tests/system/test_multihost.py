@@ -86,6 +86,10 @@ def test_maintenance_on_one_slice_of_two_saves_every_process(tmp_path: Path) -> 
     step and exit 0; only slice 0's daemons signal."""
     job = Job(hosts=4, slices=2, save_interval=SAVE_INTERVAL)
     with started(tmp_path, job, CONFIG) as hosts:
+        for index, host in enumerate(hosts.hosts):  # each daemon knows its slice (tpu-env on its fake)
+            known = wait_for(lambda h=host: (s := h.status()) and s["host"].get("num_slices") and s["host"],
+                             30, what=f"{host.name}'s identity")  # fmt: skip
+            assert (known["tpu_node"], known["slice_id"]) == (f"fake-slice-{index // 2}", str(index // 2))
         announce(hosts, 0, "maintenance")
         first = hosts.hosts[0].daemon_log
         wait_for(lambda: "SIGTERM to pid" in first.read_text(), 10, what="host 0's SIGTERM")  # then host 1
