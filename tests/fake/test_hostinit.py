@@ -85,7 +85,7 @@ def test_the_daemon_starts_once_the_job_holds_and_the_job_exit_is_told(tmp_path:
 def test_a_job_that_never_holds_the_device_is_said(tmp_path: Path) -> None:
     with UniqueDevice(tmp_path) as device:
         init = start(tmp_path, device.path, [sys.executable, "-c", "raise SystemExit(1)"])
-        facts = [next_fact(init) for _ in range(3)]
+        facts = [next_fact(init) for _ in range(4)]  # job started and exited, the error, daemon started
         kinds = {next(k for k in ("started", "exited", "error") if k in f) for f in facts}
         assert kinds == {"started", "exited", "error"}
         assert any(f.get("exited") == "job" and f.get("code") == 1 for f in facts)

@@ -43,8 +43,8 @@ class Departures:
                 self.waiter.unwatch(identity)
                 del self.tracked[identity]
         for identity, holder in current.items():
-            if identity not in self.tracked and self.waiter.watch(identity) is None:
-                self.tracked[identity] = holder
+            if identity in self.tracked or self.waiter.watch(identity) is None:
+                self.tracked[identity] = holder  # the newest scan's facts (its name, its SIGTERM)
 
     def left(self) -> list[tuple[Holder, ExitStatus]]:
         """The tracked holders that exited since the last call (non-blocking), with how they ended."""
@@ -63,8 +63,8 @@ class Departures:
         left = self.left()
         if not left:
             return
-        gone = [holder for holder, _ in left]
-        view.holders = [h for h in view.holders if h not in gone]
+        gone = {holder.identity for holder, _ in left}  # by identity: a later scan's copy may differ
+        view.holders = [h for h in view.holders if h.identity not in gone]
         self.metrics.set_holders(view.holders)
         for holder, status in left:
             how = f" ({status})" if status.known else ""
