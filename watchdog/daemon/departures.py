@@ -6,7 +6,7 @@ exit, and the other hosts' daemons see their holders go without having signalled
 is said once (journal `holder_left`, at INFO: a job that simply finishes looks the same; with how it ended
 when that can be known) and counted (`tpu_watchdog_holders_left_total`), and the holders gauge and /status
 drop it at once instead of at the next idle scan, so a host's record shows that its job left on its own.
-Between drains the loop checks the holders of its last scan once a tick (host/exits.py, without pidfds:
+Between drains the loop checks the holders of the index's last scan once a tick (host/exits.py, no pidfds:
 /proc/PID/stat of each, no walk of /proc, no fd held per holder, so an idle daemon's fds stay flat however
 many holders come and go). A holder that closes the device and keeps running is not an exit: the next idle
 scan shows it.
@@ -60,6 +60,7 @@ class Departures:
         if busy:
             self.forget()
             return
+        self.track(view.holders)  # the holder index's latest scan (daemon/index.py replaces it whole)
         left = self.left()
         if not left:
             return
