@@ -93,7 +93,7 @@ def test_a_drill_shows_the_python_handler_job_never_leaves_on_its_own(tmp_path: 
     with started(tmp_path, lossy("handler-after-initialize"), CONFIG) as hosts:
         host = hosts.hosts[0]
         drill = [sys.executable, "-m", "watchdog", "drill", "--device", str(host.device),
-                 "--grace", str(GRACE), "--state-dir", str(tmp_path / "drill-state")]  # fmt: skip
+                 "--grace", str(GRACE)]  # fmt: skip
         done = host.inside(drill, 60, hosts.env)
         assert done.returncode == EXIT_LOST, done.stdout + done.stderr
         assert "NEEDED SIGKILL: still holding the TPU at the deadline; its progress is lost" in done.stdout
