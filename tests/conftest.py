@@ -39,16 +39,24 @@ RUN_FIRST = (
     "tests/system/systemd/test_nspawn.py::",  # one group: the booted container is a module fixture
     "tests/system/test_fleet.py::",  # 50 daemons and a Prometheus
     "tests/system/test_load.py::",  # 500 holders
+    "tests/system/test_multihost.py::",  # 2 and 4 JAX processes, a PID namespace and a daemon each
+    "tests/system/test_multihost_lossy.py::",
     "tests/system/test_e2e_jax.py::",  # JAX's import alone is seconds of CPU
     "tests/system/test_metrics_scrape.py::",
     "tests/daemon/",
     "tests/system/",
 )
 # Modules whose module-scoped fixtures are expensive (a .deb build, a booted container): run on one worker,
-# so each is set up once.
+# so each is set up once. And the JAX jobs, on two workers, each running its share one after another
+# (measured serially: 60 s and 60 s): all side by side, their 12 processes (~300 MB and seconds of CPU
+# start-up each) would starve the 2 cores and each other; on one worker they would be 2 minutes of the run.
 ONE_WORKER = {
     "tests/system/packaging/test_deb.py": "deb",
     "tests/system/systemd/test_nspawn.py": "nspawn",
+    "tests/system/test_multihost.py": "jax-hosts",  # 2 and 4 processes
+    "tests/system/test_multihost_lossy.py": "jax",
+    "tests/system/test_e2e_jax.py": "jax",
+    "tests/commands/test_demo.py": "jax",  # demo --multihost: 2 processes
 }
 
 

@@ -23,3 +23,4 @@ EXIT_NO_ANSWER = 1  # status: neither the daemon nor its state file could be rea
 EXIT_FROM_STATE_FILE = 3  # status: the daemon did not answer; this is what its state file says
 EXIT_NO_HISTORY = 1  # history: the history file exists but cannot be read
 EXIT_DEMO_FAILED = 1  # demo: the sample job did not exit cleanly with a checkpoint saved on SIGTERM
+EXIT_DEMO_NEEDS = 3  # demo --multihost: jax, orbax, root or unshare missing here (it says how to get them)

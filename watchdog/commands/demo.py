@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import stat
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from watchdog.core.metadata_values import MaintenanceKind
 from watchdog.core.vocabulary import MAINTENANCE_EVENT, DaemonState
-from watchdog.exitcodes import EXIT_DEMO_FAILED, EXIT_OK
+from watchdog.exitcodes import EXIT_DEMO_FAILED, EXIT_DEMO_NEEDS, EXIT_OK
 from watchdog.host.holders import HolderScanner, ScanResult
 
 TERMINATE = MaintenanceKind.TERMINATE_ON_HOST_MAINTENANCE.value
@@ -52,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep", action="store_true", help="keep the temporary directory (checkpoints, state)"
     )
+    parser.add_argument(
+        "--multihost", action="store_true",
+        help="two simulated TPU hosts (PID namespaces) running one JAX + Orbax job; maintenance on one "
+        "(needs root, unshare, jax and orbax-checkpoint: docs/multislice.md)",
+    )  # fmt: skip
 
 
 def say(text: str) -> None:
@@ -97,6 +103,8 @@ def relay(stream: object, prefix: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.multihost:
+        return run_multihost(args)
     from watchdog.config.settings import default_config
     from watchdog.daemon.compose import Wiring, build_daemon
     from watchdog.daemon.status_text import render
@@ -203,3 +211,68 @@ def run(args: argparse.Namespace) -> int:
             import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_multihost(args: argparse.Namespace) -> int:
+    """Scenario (a) of tests/system/test_multihost.py, narrated: one job on two hosts, maintenance on one."""
+    from watchdog.fake.hosts import Cluster, Job, missing
+
+    why_not = missing()
+    if why_not is not None:
+        sys.stderr.write(f"tpu-watchdog demo --multihost cannot run here: {why_not}; then try again\n")
+        return EXIT_DEMO_NEEDS
+    tmp = Path(tempfile.mkdtemp(prefix="tpu-watchdog-demo-multihost-"))
+    started = time.monotonic()
+    job = Job(hosts=2)
+    try:
+        say("1. two simulated TPU hosts: each its own PID namespace and /proc, metadata server, device node "
+            "and tpu-watchdog run")  # fmt: skip
+        # make_device's numbers (/dev/full's) are safe here: each daemon sees only its own host's processes.
+        with Cluster(tmp, job, make_device, "[drain]\nmaintenance_grace = 60\n") as hosts:
+            for host in hosts.hosts:
+                sys.stdout.write(f"{host.name}: metadata {host.fake.address}, daemon http://127.0.0.1:"
+                                 f"{host.port}/status, device {host.device}\n")  # fmt: skip
+            say(f"2. ONE JAX + Orbax job, a process per host (coordinator {hosts.coordinator}, a parameter "
+                f"sharded over both, regular checkpoints every {job.save_interval} steps)")  # fmt: skip
+            hosts.start().wait_watching()
+            sys.stdout.write("every process is training; each daemon sees its own process and nothing else\n")
+            say(f"3. maintenance on host-1 ONLY: {MAINTENANCE_EVENT.source} = {TERMINATE}")
+            event = time.time()
+            hosts.hosts[1].fake.set(MAINTENANCE_EVENT.path, TERMINATE)
+            exits = hosts.wait_exited(90)
+            for host, end in zip(hosts.hosts, exits, strict=True):
+                how = f"exited {end['code']}" if "code" in end else f"killed by signal {end['signal']}"
+                sys.stdout.write(f"{host.name}'s process {how}, {end['at'] - event:.2f} s after the event\n")
+            say("4. what each process saved (the same step, off the schedule: the sync point's)")
+            reports = hosts.reports()
+            for report in reports:
+                sys.stdout.write(f"{json.dumps(report)}\n")
+            say("5. host-1's daemon: SIGTERM to its process, then the drain ends `exited`")
+            wait_until(lambda: "drain exited" in hosts.hosts[1].daemon_log.read_text(), 30, "host-1's drain")
+            show_log(hosts.hosts[1].daemon_log, event)
+            say("6. host-0's daemon: no event there, no signal sent; its holder left on its own")
+            wait_until(lambda: "left on its own" in hosts.hosts[0].daemon_log.read_text(), 15, "host-0")
+            show_log(hosts.hosts[0].daemon_log, event)
+            for line in hosts.hosts[0].metrics().splitlines():
+                if line.startswith(("tpu_watchdog_signals_sent_total{", "tpu_watchdog_holders_left_total")):
+                    sys.stdout.write(line + "\n")
+        steps = {r["step"] for r in reports if r is not None}
+        ok = all(e.get("code") == 0 for e in exits) and None not in reports and len(steps) == 1
+        say(f"{'done' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s: "
+            + (f"both processes saved step {steps.pop()} and exited 0" if ok else "see above"))  # fmt: skip
+        return EXIT_OK if ok else EXIT_DEMO_FAILED
+    finally:
+        if args.keep:
+            sys.stdout.write(f"kept {tmp}\n")
+        else:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def show_log(path: Path, since: float) -> None:
+    """The daemon's log lines from the event on (their ISO times are UTC)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since))
+    for line in path.read_text().splitlines():
+        if line[:19] >= stamp:
+            sys.stdout.write(f"    daemon  | {line}\n")

@@ -34,6 +34,7 @@ from watchdog.core.metadata_values import UpcomingMaintenance
 from watchdog.core.policy import trigger, upcoming_drain_due
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, DaemonState, Outcome, source_of
+from watchdog.daemon.departures import Departures
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex
@@ -116,6 +117,7 @@ class Daemon:
         self._next_scan = 0.0
         self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
         self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait)
+        self.departures = Departures(metrics)
         # Set again whenever the lifecycle changes, and on each tick.
         self._refresh_admission()
 
@@ -225,6 +227,7 @@ class Daemon:
                 self._apply(self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, self._wall()))
         if not self.runner.running and self.lifecycle.drain is None and self.lifecycle.events:
             self._watch_late_arrivals(now)
+        self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view)
 
     def _watch_late_arrivals(self, now: float) -> None:
         """While drained events are on, scan as a drain does: a process that opens a device now (a job

@@ -30,6 +30,7 @@ MESSAGE_IDS = {
     "state_persisted": "b4e9931f8d6f4c079e2b383f5d1d32c8",
     "late_arrival": "3c6f0a52d8e44f0f9b1e7d2a4c5b8e91",
     "holder_not_ready": "ca582390292247d68f8a5c2135829d73",
+    "holder_left": "c7620e0b012d4749b460de9ead080388",
 }
 PREFIX = "TPU_WATCHDOG_"
 KIND = "tpu_watchdog_kind"  # lower case: the JSON lines' `kind`, never a journal field

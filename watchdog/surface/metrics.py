@@ -142,6 +142,12 @@ class Metrics:
             list(HOST_LABELS),
             registry=r,
         )
+        self.holders_left = Counter(
+            "tpu_watchdog_holders_left",
+            "TPU holders that exited on their own while this host had no event and no drain: a job that "
+            "finished, or on a multi-host job another host's event ending it here.",
+            registry=r,
+        )
         self._host_info_labels: tuple[str, ...] | None = None
         self._zero_initialise(error_kinds)
 
