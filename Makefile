@@ -17,7 +17,7 @@ APT_PACKAGES := $(DEMO_APT) lsof psmisc prometheus systemd-container \
 INSTALLED := $(VENV)/.installed
 DEMO_INSTALLED := $(VENV)/.installed-demo
 
-.PHONY: all setup system-packages demo-packages demo test lint typecheck unit bench deb clean
+.PHONY: all setup system-packages demo-packages maxtext-setup demo test lint typecheck unit bench deb clean
 
 all: test
 
@@ -48,6 +48,26 @@ $(INSTALLED): pyproject.toml | $(BIN)/python system-packages
 
 setup: system-packages $(INSTALLED)
 
+# MaxText (tests/system/test_maxtext.py) needs Python >= 3.12 and the project runs on >= 3.10, so MaxText
+# gets a venv of its own from a pinned list (~2 GB; --no-deps: the list is the whole environment). Without
+# such a Python (on PATH or under pyenv) this says so and the MaxText tests are reported SKIPPED with the
+# reason. pip keeps what it downloads in its cache (~/.cache/pip): a CI that keeps that directory installs
+# from it; MAXTEXT_SETUP_TIMEOUT bounds a slow index. Time and disk: docs/benchmarks.md ("make test").
+# MAXTEXT_VENV is exported: tests/support/frameworks.py (the tests' skip reason) reads the same one.
+export MAXTEXT_VENV ?= .venv-maxtext
+MAXTEXT_PYTHON_MIN ?=  # empty: MaxText's own minimum (tests/support/frameworks.py)
+MAXTEXT_REQUIREMENTS := tests/requirements-maxtext.txt
+MAXTEXT_SETUP_TIMEOUT ?= 1800
+
+maxtext-setup:
+	@if [ $(MAXTEXT_VENV)/.installed -nt $(MAXTEXT_REQUIREMENTS) ]; then exit 0; fi; \
+	py=$$($(PYTHON) tests/support/frameworks.py python $(MAXTEXT_PYTHON_MIN) 2>&1) || { \
+	  echo "maxtext-setup: $$py: the MaxText tests will be reported SKIPPED"; exit 0; }; \
+	echo "maxtext-setup: $$py -m venv $(MAXTEXT_VENV), then the pinned $(MAXTEXT_REQUIREMENTS)"; \
+	rm -rf $(MAXTEXT_VENV) && $$py -m venv $(MAXTEXT_VENV) && \
+	timeout $(MAXTEXT_SETUP_TIMEOUT) $(MAXTEXT_VENV)/bin/python -m pip install -q --no-deps \
+	  -r $(MAXTEXT_REQUIREMENTS) && touch $(MAXTEXT_VENV)/.installed
+
 # The runtime dependencies only; a venv set up for the tests (INSTALLED) has them already.
 $(DEMO_INSTALLED): pyproject.toml | $(BIN)/python demo-packages
 	@if [ ! -f $(INSTALLED) ] || [ $(INSTALLED) -ot pyproject.toml ]; then \
@@ -76,7 +96,7 @@ typecheck: setup
 # compiles too.
 TEST_WORKERS ?= 4
 
-unit: setup
+unit: setup maxtext-setup
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test: lint typecheck unit
@@ -88,5 +108,5 @@ deb:
 	packaging/deb/build.sh dist
 
 clean:
-	rm -rf $(VENV) dist build .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(MAXTEXT_VENV) dist build .mypy_cache .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -39,6 +39,7 @@ RUN_FIRST = (
     "tests/system/systemd/test_nspawn.py::",  # one group: the booted container is a module fixture
     "tests/system/test_fleet.py::",  # 50 daemons and a Prometheus
     "tests/system/test_load.py::",  # 500 holders
+    "tests/system/test_maxtext.py::",  # minutes: MaxText's imports and compiling, three times over
     "tests/system/test_e2e_jax.py::",  # JAX's import alone is seconds of CPU
     "tests/system/test_metrics_scrape.py::",
     "tests/daemon/",
