@@ -17,7 +17,7 @@ APT_PACKAGES := $(DEMO_APT) lsof psmisc prometheus systemd-container \
 INSTALLED := $(VENV)/.installed
 DEMO_INSTALLED := $(VENV)/.installed-demo
 
-.PHONY: all setup system-packages demo-packages maxtext-setup demo test lint typecheck unit bench deb clean
+.PHONY: all setup system-packages demo-packages maxtext-setup pax-setup demo test lint typecheck unit bench deb clean
 
 all: test
 
@@ -48,25 +48,15 @@ $(INSTALLED): pyproject.toml | $(BIN)/python system-packages
 
 setup: system-packages $(INSTALLED)
 
-# MaxText (tests/system/test_maxtext.py) needs Python >= 3.12 and the project runs on >= 3.10, so MaxText
-# gets a venv of its own from a pinned list (~2 GB; --no-deps: the list is the whole environment). Without
-# such a Python (on PATH or under pyenv) this says so and the MaxText tests are reported SKIPPED with the
-# reason. pip keeps what it downloads in its cache (~/.cache/pip): a CI that keeps that directory installs
-# from it; MAXTEXT_SETUP_TIMEOUT bounds a slow index. Time and disk: docs/benchmarks.md ("make test").
-# MAXTEXT_VENV is exported: tests/support/frameworks.py (the tests' skip reason) reads the same one.
-export MAXTEXT_VENV ?= .venv-maxtext
-MAXTEXT_PYTHON_MIN ?=  # empty: MaxText's own minimum (tests/support/frameworks.py)
-MAXTEXT_REQUIREMENTS := tests/requirements-maxtext.txt
-MAXTEXT_SETUP_TIMEOUT ?= 1800
-
-maxtext-setup:
-	@if [ $(MAXTEXT_VENV)/.installed -nt $(MAXTEXT_REQUIREMENTS) ]; then exit 0; fi; \
-	py=$$($(PYTHON) tests/support/frameworks.py python $(MAXTEXT_PYTHON_MIN) 2>&1) || { \
-	  echo "maxtext-setup: $$py: the MaxText tests will be reported SKIPPED"; exit 0; }; \
-	echo "maxtext-setup: $$py -m venv $(MAXTEXT_VENV), then the pinned $(MAXTEXT_REQUIREMENTS)"; \
-	rm -rf $(MAXTEXT_VENV) && $$py -m venv $(MAXTEXT_VENV) && \
-	timeout $(MAXTEXT_SETUP_TIMEOUT) $(MAXTEXT_VENV)/bin/python -m pip install -q --no-deps \
-	  -r $(MAXTEXT_REQUIREMENTS) && touch $(MAXTEXT_VENV)/.installed
+# The framework tests (tests/system/test_maxtext.py, test_pax.py) run MaxText (Python >= 3.12) and Pax
+# (Python 3.10) in venvs of their own (.venv-maxtext, .venv-pax), each from a pinned list
+# (tests/requirements-NAME.txt; --no-deps: the list is the whole environment). tests/support/frameworks.py
+# finds the Python (PATH or pyenv, or MAXTEXT_PYTHON / PAX_PYTHON) and keeps the wheels in a cache of its
+# own (~/.cache/tpu-watchdog/wheels, FRAMEWORK_WHEELS): keep that directory between CI runs. Without such a
+# Python it says so and those tests are reported SKIPPED with the reason. Each pip command is bounded by
+# FRAMEWORK_SETUP_TIMEOUT (1800 s). Time and disk: docs/benchmarks.md ("Framework set-up").
+maxtext-setup pax-setup:
+	$(PYTHON) tests/support/frameworks.py setup $(@:-setup=)
 
 # The runtime dependencies only; a venv set up for the tests (INSTALLED) has them already.
 $(DEMO_INSTALLED): pyproject.toml | $(BIN)/python demo-packages
@@ -96,7 +86,7 @@ typecheck: setup
 # compiles too.
 TEST_WORKERS ?= 4
 
-unit: setup maxtext-setup
+unit: setup maxtext-setup pax-setup
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test: lint typecheck unit
@@ -108,5 +98,5 @@ deb:
 	packaging/deb/build.sh dist
 
 clean:
-	rm -rf $(VENV) $(MAXTEXT_VENV) dist build .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-maxtext .venv-pax dist build .mypy_cache .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

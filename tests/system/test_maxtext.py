@@ -17,20 +17,23 @@ with the reason.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.frameworks import MAXTEXT_VENV, maxtext_skip_reason
-from tests.support.workloads import UniqueDevice
+from tests.support.framework_runs import (
+    MAINTENANCE,
+    PREEMPTED,
+    assert_kept_progress,
+    assert_lost_progress,
+    base_plan,
+    drive,
+    marks,
+)
+from tests.support.frameworks import MAXTEXT
 
-REPO = Path(__file__).resolve().parents[2]
 CHECKPOINT_PERIOD = 100_000  # far beyond any step these runs reach: every save here is an unscheduled one
 TINY = [  # the decoder of frameworks.md, smaller still: a step is milliseconds on a busy CPU
     "hardware=cpu", "dataset_type=synthetic", "base_emb_dim=32", "base_num_query_heads=2",
@@ -40,45 +43,27 @@ TINY = [  # the decoder of frameworks.md, smaller still: a step is milliseconds 
     "save_checkpoint_on_start=false", "enable_goodput_recording=false", "monitor_goodput=false",
     "enable_tensorboard=false", "log_config=false", "jax_cache_dir=",
 ]  # fmt: skip
-MAINTENANCE = {"key": "instance/maintenance-event", "value": "TERMINATE_ON_HOST_MAINTENANCE", "clear": "NONE"}
-PREEMPTED = {"key": "instance/preempted", "value": "TRUE", "clear": "FALSE"}
+ENV = {  # what MaxText's initialize_jax_for_cpu reads, for one process (frameworks.md)
+    "DECOUPLE_GCLOUD": "TRUE", "JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": "127.0.0.1",
+    "JOB_INDEX": "0", "JOB_COMPLETION_INDEX": "0", "PROCESSES_IN_JOB": "1", "JAX_PROCESS_COUNT": "1",
+}  # fmt: skip
 
-SKIP = maxtext_skip_reason()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(SKIP is not None, reason=SKIP or ""),
-    pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)"),
-]
+pytestmark = marks(MAXTEXT)
 
 
 @pytest.fixture
-def device(tmp_path: Path) -> Iterator[Path]:
-    with UniqueDevice(tmp_path) as node:
-        yield node.path
-
-
-def drive(tmp_path: Path, device: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run the plan under a daemon (tests/support/maxtext_driver.py) in private PID and net namespaces."""
-    configs = sorted(MAXTEXT_VENV.glob("lib/python3.*/site-packages/maxtext/configs/base.yml"))
-    assert configs, f"no maxtext/configs/base.yml in {MAXTEXT_VENV}"
-    plan = {
-        "tmp": str(tmp_path), "device": str(device), "result": str(tmp_path / "result.json"),
-        "python": str(MAXTEXT_VENV / "bin" / "python"),
-        "launcher": str(REPO / "tests" / "support" / "maxtext_launcher.py"),
-        "maxtext_args": [str(configs[0]), f"base_output_directory={tmp_path / 'out'}", *TINY],
-        "runs": runs,
-    }  # fmt: skip
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
-    done = subprocess.run(
-        ["unshare", "--pid", "--net", "--fork", "--kill-child", "--mount-proc", sys.executable, "-m",
-         "tests.support.maxtext_driver", str(tmp_path / "plan.json")],
-        capture_output=True, text=True, timeout=1500, check=False, cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    daemon_log = (tmp_path / "daemon.log").read_text() if (tmp_path / "daemon.log").exists() else ""
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:] + daemon_log[-3000:]
-    results: list[dict[str, Any]] = json.loads((tmp_path / "result.json").read_text())
-    return results
+def plan(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """What every run of a test shares: MaxText's trainer holding the test's device node, the tiny model."""
+    configs = sorted(MAXTEXT.venv.glob("lib/python3.*/site-packages/maxtext/configs/base.yml"))
+    assert configs, f"no maxtext/configs/base.yml in {MAXTEXT.venv}"
+    args = [str(configs[0]), f"base_output_directory={tmp_path / 'out'}", *TINY]
+    with base_plan(
+        tmp_path, MAXTEXT, args=args, env=ENV,
+        step_pattern=r"completed step: \d+", imported="launcher: maxtext imported",
+        checkpoints=str(tmp_path / "out" / "R" / "checkpoints"), steps_as=["arg", "steps="],
+        start_timeout=600,  # to its first steps: up to 3.5 min seen on 2 cores at load 28
+    ) as plan:  # fmt: skip
+        yield plan
 
 
 def saved_at_sync_point(result: dict[str, Any], checkpoints: Path) -> int:
@@ -91,23 +76,20 @@ def saved_at_sync_point(result: dict[str, Any], checkpoints: Path) -> int:
     assert step % CHECKPOINT_PERIOD != 0  # unscheduled: saved because of the SIGTERM
     assert (checkpoints / str(step) / "commit_success.txt").exists()  # Orbax committed it
     assert (checkpoints / str(step) / "_CHECKPOINT_METADATA").exists()
-    drain = result["drain"]
-    assert drain["outcome"] == "exited", drain
-    assert drain["lost_progress"] == 0, drain
-    [proc] = drain["processes"]
-    assert proc["exit_status"] == "exited 0", proc
-    assert proc["loss"] is None
+    assert_kept_progress(result, "exited 0")
     return step
 
 
-@pytest.mark.timeout(1500)  # three MaxText starts, each 40-120 s of imports and compiling on 2 busy cores
-def test_maxtext_saves_on_maintenance_and_on_preemption_then_resumes(tmp_path: Path, device: Path) -> None:
-    checkpoints = tmp_path / "out" / "R" / "checkpoints"
+@pytest.mark.timeout(2400)  # three MaxText starts, each 1-6 min of imports and compiling on 2 busy cores
+def test_maxtext_saves_on_maintenance_and_on_preemption_then_resumes(
+    tmp_path: Path, plan: dict[str, Any]
+) -> None:
+    checkpoints = Path(plan["checkpoints"])
     run = ["run_name=R", "steps=100000000"]
-    maintenance, preempted, resumed = drive(tmp_path, device, [
+    maintenance, preempted, resumed = drive(tmp_path, plan, [
         {"name": "maintenance", "args": run, "event": MAINTENANCE, "event_after_steps": 5},
         {"name": "preempted", "args": run, "event": PREEMPTED, "event_after_steps": 5},
-        {"name": "resumed", "args": ["run_name=R"], "checkpoints": str(checkpoints), "steps_after_latest": 3},
+        {"name": "resumed", "args": ["run_name=R"], "steps_after_latest": 3},
     ])  # fmt: skip
     first = saved_at_sync_point(maintenance, checkpoints)
     assert f"restoring from this run's directory step {first}" in preempted["log"]
@@ -121,20 +103,15 @@ def test_maxtext_saves_on_maintenance_and_on_preemption_then_resumes(tmp_path: P
 
 @pytest.mark.timeout(600)
 def test_maxtext_sigtermed_before_distributed_init_is_reported_as_lost_progress(
-    tmp_path: Path, device: Path
+    tmp_path: Path, plan: dict[str, Any]
 ) -> None:
     """The job is SIGTERMed after MaxText is imported, before train main (and so before
     jax.distributed.initialize): Python's default disposition, as during MaxText's imports."""
-    [early] = drive(tmp_path, device, [
+    [early] = drive(tmp_path, plan, [
         {"name": "early", "args": ["run_name=E", "steps=1000"], "event": MAINTENANCE, "gate": True},
     ])  # fmt: skip
     assert early["returncode"] == -15, early["log"][-3000:]  # a shell reports it as exit 143
     assert "initialize the jax distributed system" not in early["log"]  # died before it
     assert not (tmp_path / "out" / "E" / "checkpoints").exists()  # nothing saved
-    drain = early["drain"]
-    assert drain["outcome"] == "exited", drain  # it did exit in time ...
-    assert drain["lost_progress"] == 1, drain  # ... and lost its progress: not a success
-    [proc] = drain["processes"]
-    assert proc["exit_status"] == "killed by signal 15", proc
-    assert proc["loss"] == "sigterm_default"
+    assert_lost_progress(early)
     # TODO(hist): once the drain history lands, assert `tpu-watchdog history` shows this drain as lost.

@@ -1,13 +1,14 @@
-"""PID 1 of a private PID and network namespace: a fake metadata server, a daemon, and MaxText runs under it.
+"""PID 1 of a private PID and network namespace: a fake metadata server, a daemon, and a framework under it.
 
-`python -m tests.support.maxtext_driver PLAN.json` runs the plan's runs one after the other under one
-daemon; each run is MaxText's trainer (tests/support/maxtext_launcher.py, in the MaxText venv) holding the
-test's device node. Once a run is where the plan says (trained some steps, or only imported), the fake
+`python -m tests.support.framework_driver PLAN.json` runs the plan's runs one after the other under one
+daemon; each run is a framework's trainer (tests/support/maxtext_launcher.py or pax_launcher.py, in that
+framework's venv) holding the test's device node. Once a run is where the plan says (trained some steps, or
+only imported), the fake
 starts the plan's event; the driver waits for the run to exit and for the daemon's drain to end, then
 reaps the run, clears the event and writes what it saw to the plan's `result` file.
 
-The network namespace is for MaxText's coordinator: on CPU it binds port 1234 on every interface, so two
-runs on one machine (another test, another engineer's run) would clash. Its loopback is brought up here.
+The network namespace is for the JAX coordinator: MaxText's on CPU binds port 1234 on every interface, so
+two runs on one machine (another test, another engineer's run) would clash. Its loopback is brought up here.
 The driver does not reap a run before the daemon's drain has ended: the daemon reads a non-child's exit
 status from /proc while it is a zombie, as it would from a job whose launcher is slow to reap it.
 """
@@ -31,17 +32,11 @@ from typing import Any
 from tests.support.waiting import wait_for
 from watchdog.fake.server import FakeMetadataServer
 
-STEP = re.compile(r"completed step: (\d+)")
-IMPORTED = "launcher: maxtext imported"
-MAXTEXT_ENV = {  # what MaxText's initialize_jax_for_cpu reads, for one process (frameworks.md)
-    "DECOUPLE_GCLOUD": "TRUE",
-    "JAX_PLATFORMS": "cpu",
-    "JAX_COORDINATOR_ADDRESS": "127.0.0.1",
-    "JOB_INDEX": "0",
-    "JOB_COMPLETION_INDEX": "0",
-    "PROCESSES_IN_JOB": "1",
-    "JAX_PROCESS_COUNT": "1",
-}
+# A preemption's grace, longer than the platform's 25 s: on 2 cores at load 20, MaxText took 22-26 s from
+# SIGTERM to exit, its checkpoint committed after 2-3 s of it and the rest the interpreter's teardown (2 GB
+# of modules); 25 s is not a bound this machine can keep. The maintenance grace stays the default 300 s.
+PREEMPT_GRACE = "120"
+TRAILING_NUMBER = re.compile(r"(\d+)$")  # a checkpoint directory: 174 (MaxText), checkpoint_00000174 (Pax)
 
 
 def loopback_up() -> None:
@@ -82,26 +77,29 @@ class Driver:
     def start(self, run: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
         launcher = [self.plan["python"], self.plan["launcher"], self.plan["device"]]
         mode = "gate" if run.get("gate") else "go"
-        args = list(run["args"])
+        args, env = list(run["args"]), dict(self.plan["env"])
         if "steps_after_latest" in run:  # a resume that ends by itself a few steps after the newest save
-            latest = max(int(p.name) for p in Path(run["checkpoints"]).iterdir() if p.name.isdigit())
-            args.append(f"steps={latest + run['steps_after_latest']}")
+            found = (TRAILING_NUMBER.search(p.name) for p in Path(self.plan["checkpoints"]).iterdir())
+            steps = str(max(int(m.group(1)) for m in found if m) + run["steps_after_latest"])
+            kind, name = self.plan["steps_as"]  # ("arg", "steps=") or ("env", "PAX_TRAIN_STEPS")
+            args += [name + steps] if kind == "arg" else []
+            env.update({name: steps} if kind == "env" else {})
         with log.open("wb") as out:
             return subprocess.Popen(
-                [*launcher, mode, *self.plan["maxtext_args"], *args],
+                [*launcher, mode, *self.plan["args"], *args],
                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, cwd=self.tmp,
-                env={"PATH": "/usr/bin:/bin", "HOME": str(self.tmp), **MAXTEXT_ENV},
+                env={"PATH": "/usr/bin:/bin", "HOME": str(self.tmp), **env},
             )  # fmt: skip
 
     def reached(self, run: dict[str, Any], log: Path, job: subprocess.Popen[bytes]) -> bool:
         """Is the run where its event is due? (Raises if it ended first.)"""
         if job.poll() is not None:
             tail = log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"MaxText exited {job.returncode} before its event:\n{tail}")
+            raise RuntimeError(f"the job exited {job.returncode} before its event:\n{tail}")
         text = log.read_text(errors="replace")
         if run.get("gate"):
-            return IMPORTED in text
-        return len(STEP.findall(text)) >= run["event_after_steps"]
+            return str(self.plan["imported"]) in text
+        return len(re.findall(self.plan["step_pattern"], text)) >= run["event_after_steps"]
 
     def one_run(self, fake: FakeMetadataServer, run: dict[str, Any]) -> dict[str, Any]:
         log = self.tmp / f"{run['name']}.log"
@@ -109,7 +107,8 @@ class Driver:
         before = self.status()["last_drain"]
         event = run.get("event")
         if event:
-            wait_for(lambda: self.reached(run, log, job), timeout=400, interval=0.1, what="MaxText to train")
+            limit = self.plan.get("start_timeout", 600)
+            wait_for(lambda: self.reached(run, log, job), limit, interval=0.1, what="the job to train")
             fake.set(event["key"], event["value"])
             triggered = time.time()
         pidfd = os.pidfd_open(job.pid)
@@ -117,7 +116,7 @@ class Driver:
         os.close(pidfd)
         if not ready:
             job.kill()
-            raise RuntimeError(f"MaxText did not exit:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(f"the job did not exit:\n{log.read_text()[-3000:]}")
         exited = time.time()
         record = None
         if event:  # the daemon's drain must end (and read the exit status) before the run is reaped
@@ -147,7 +146,7 @@ class Driver:
                 [sys.executable, "-m", "watchdog", "run", "--config", str(self.tmp / "empty.toml"),
                  "--metadata-host", fake.address, "--device", self.plan["device"],
                  "--state-dir", str(self.tmp / "state"), "--listen", f"127.0.0.1:{self.port}",
-                 "--metadata-timeout-sec", "5"],
+                 "--metadata-timeout-sec", "5", "--preempt-grace", PREEMPT_GRACE],
                 stderr=(self.tmp / "daemon.log").open("wb"),
             )  # fmt: skip
             try:
