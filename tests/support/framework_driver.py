@@ -106,13 +106,13 @@ class Driver:
         job = self.start(run, log)
         before = self.status()["last_drain"]
         event = run.get("event")
+        limit = self.plan.get("start_timeout", 600)  # to its first steps, on a busy machine
         if event:
-            limit = self.plan.get("start_timeout", 600)
             wait_for(lambda: self.reached(run, log, job), limit, interval=0.1, what="the job to train")
             fake.set(event["key"], event["value"])
             triggered = time.time()
         pidfd = os.pidfd_open(job.pid)
-        ready, _, _ = select.select([pidfd], [], [], 600)
+        ready, _, _ = select.select([pidfd], [], [], limit + 600)  # a run without an event: to its end
         os.close(pidfd)
         if not ready:
             job.kill()

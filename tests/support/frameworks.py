@@ -127,9 +127,15 @@ def skip_reason(framework: Framework) -> str | None:
 
 
 def _pip(venv: Path, *args: str, quiet: bool = False) -> int:
+    """pip in the venv, bounded by SETUP_TIMEOUT (a timeout is a failure, said so)."""
     command = [str(venv / "bin" / "python"), "-m", "pip", *args]
     hush = subprocess.DEVNULL if quiet else None
-    return subprocess.run(command, timeout=SETUP_TIMEOUT, check=False, stdout=hush, stderr=hush).returncode
+    try:
+        done = subprocess.run(command, timeout=SETUP_TIMEOUT, check=False, stdout=hush, stderr=hush)
+    except subprocess.TimeoutExpired:
+        sys.stdout.write(f"pip {args[0]} took more than {SETUP_TIMEOUT:.0f} s (FRAMEWORK_SETUP_TIMEOUT)\n")
+        return 1
+    return done.returncode
 
 
 def setup(framework: Framework) -> int:
@@ -152,7 +158,9 @@ def setup(framework: Framework) -> int:
     subprocess.run([python, "-m", "venv", str(framework.venv)], check=True, timeout=SETUP_TIMEOUT)
     framework.wheels.mkdir(parents=True, exist_ok=True)
     pinned = ["--no-deps", "-r", str(framework.requirements)]
-    offline = ["install", "-q", "--no-index", "--find-links", str(framework.wheels), *pinned]
+    # --no-compile: byte-compiling 2-3 GB of packages at install is most of the install's CPU; Python
+    # compiles what a test imports, when it imports it.
+    offline = ["install", "-q", "--no-compile", "--no-index", "--find-links", str(framework.wheels), *pinned]
     if _pip(framework.venv, *offline, quiet=True) != 0:  # not all in the wheel cache: fetch what is missing
         say(f"downloading what {framework.wheels} lacks")
         if _pip(framework.venv, "download", "-q", "-d", str(framework.wheels), *pinned) != 0:
