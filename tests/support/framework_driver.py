@@ -33,7 +33,7 @@ from tests.support.waiting import wait_for
 from watchdog.fake.server import FakeMetadataServer
 
 # A preemption's grace, longer than the platform's 25 s: on 2 cores at load 20, MaxText took 22-26 s from
-# SIGTERM to exit, its checkpoint committed after 2-3 s of it and the rest the interpreter's teardown (2 GB
+# SIGTERM to exit, its checkpoint committed after 1-3 s of it and the rest the interpreter's teardown (2 GB
 # of modules); 25 s is not a bound this machine can keep. The maintenance grace stays the default 300 s.
 PREEMPT_GRACE = "120"
 TRAILING_NUMBER = re.compile(r"(\d+)$")  # a checkpoint directory: 174 (MaxText), checkpoint_00000174 (Pax)
