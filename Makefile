@@ -17,7 +17,7 @@ APT_PACKAGES := $(DEMO_APT) lsof psmisc prometheus systemd-container \
 INSTALLED := $(VENV)/.installed
 DEMO_INSTALLED := $(VENV)/.installed-demo
 
-.PHONY: all setup system-packages demo-packages demo test lint typecheck unit bench deb clean
+.PHONY: all setup system-packages demo-packages maxtext-setup pax-setup demo test lint typecheck unit bench deb clean
 
 all: test
 
@@ -48,6 +48,16 @@ $(INSTALLED): pyproject.toml | $(BIN)/python system-packages
 
 setup: system-packages $(INSTALLED)
 
+# The framework tests (tests/system/test_maxtext.py, test_pax.py) run MaxText (Python >= 3.12) and Pax
+# (Python 3.10) in venvs of their own (.venv-maxtext, .venv-pax), each from a pinned list
+# (tests/requirements-NAME.txt; --no-deps: the list is the whole environment). tests/support/frameworks.py
+# finds the Python (PATH or pyenv, or MAXTEXT_PYTHON / PAX_PYTHON) and keeps the wheels in a cache of its
+# own (~/.cache/tpu-watchdog/wheels, FRAMEWORK_WHEELS): keep that directory between CI runs. Without such a
+# Python it says so and those tests are reported SKIPPED with the reason. Each pip command is bounded by
+# FRAMEWORK_SETUP_TIMEOUT (1800 s). Time and disk: docs/benchmarks.md ("Framework set-up").
+maxtext-setup pax-setup:
+	$(PYTHON) tests/support/frameworks.py setup $(@:-setup=)
+
 # The runtime dependencies only; a venv set up for the tests (INSTALLED) has them already.
 $(DEMO_INSTALLED): pyproject.toml | $(BIN)/python demo-packages
 	@if [ ! -f $(INSTALLED) ] || [ $(INSTALLED) -ot pyproject.toml ]; then \
@@ -76,7 +86,7 @@ typecheck: setup
 # compiles too.
 TEST_WORKERS ?= 4
 
-unit: setup
+unit: setup maxtext-setup pax-setup
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test: lint typecheck unit
@@ -88,5 +98,5 @@ deb:
 	packaging/deb/build.sh dist
 
 clean:
-	rm -rf $(VENV) dist build .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-maxtext .venv-pax dist build .mypy_cache .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

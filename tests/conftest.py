@@ -41,6 +41,8 @@ RUN_FIRST = (
     "tests/system/test_load.py::",  # 500 holders
     "tests/system/test_multihost.py::",  # 2 and 4 JAX processes, a PID namespace and a daemon each
     "tests/system/test_multihost_lossy.py::",
+    "tests/system/test_maxtext.py::",  # minutes: MaxText's imports and compiling, three times over
+    "tests/system/test_pax.py::",  # the same for Pax (TensorFlow's and lingvo's imports too)
     "tests/system/test_e2e_jax.py::",  # JAX's import alone is seconds of CPU
     "tests/system/test_metrics_scrape.py::",
     "tests/daemon/",

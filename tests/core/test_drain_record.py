@@ -11,6 +11,7 @@ from watchdog.core.drain_record import (
     DrainRecord,
     End,
     ExitStatus,
+    Loss,
     ProcessRecord,
     SentSignal,
     SignalResult,
@@ -89,6 +90,8 @@ def test_to_dict_is_json_with_wall_clock_times() -> None:
     assert procs[1]["signalled_at"] is None  # sent by an earlier run: time unknown
     assert procs[1]["signals"][1] == {"signal": "SIGKILL", "at": 1_700_000_300.0, "result": "denied"}
     assert procs[2]["end"] == "released"
+    assert data["lost_progress"] == 2  # died of SIGTERM, and still running after a SIGKILL that failed
+    assert [p["loss"] for p in procs] == ["sigterm_default", "still_running", None]
 
 
 def test_pending_lists_processes_not_yet_ended() -> None:
@@ -110,3 +113,40 @@ def test_one_line_summary_counts_how_processes_ended() -> None:
     assert "\n" not in line
     assert line.startswith("drain timed_out after 301.00 s: 3 process(es): 2 exited, 1 killed")
     assert "1 died of SIGTERM's default action" in line
+
+
+@pytest.mark.parametrize(
+    ("status", "died"),
+    [
+        (ExitStatus(signal=15), True),
+        (ExitStatus(code=143), True),  # a shell running the job reports its child's SIGTERM death so
+        (ExitStatus(code=0), False),
+        (ExitStatus(code=1), False),
+        (ExitStatus(signal=9), False),
+        (ExitStatus(), False),
+    ],
+)
+def test_died_of_sigterm(status: ExitStatus, died: bool) -> None:
+    assert status.died_of_sigterm is died
+
+
+def test_a_drain_that_exited_still_reports_the_job_that_died_of_sigterm_as_lost() -> None:
+    """A MaxText job SIGTERMed before its distributed initialisation exits 143 having saved nothing: the
+    drain's outcome is `exited` (everything exited in time), but the record says the progress is lost."""
+    r = DrainRecord(started=0.0, started_wall=1.7e9, deadline=300.0, on_timeout="kill", dry_run=False)
+    early = ProcessRecord(ProcessIdentity(7, 1), "python3.12", ("/dev/accel0",), 0.0)
+    early.signals.append(SentSignal(signal.SIGTERM, 0.0, SignalResult.SENT))
+    early.end, early.ended_at, early.exit_status = End.EXITED, 0.1, ExitStatus(code=143)
+    saved = ProcessRecord(ProcessIdentity(8, 1), "python3.12", ("/dev/accel0",), 0.0)
+    saved.end, saved.ended_at, saved.exit_status = End.EXITED, 3.0, ExitStatus(code=0)
+    r.processes = {early.identity: early, saved.identity: saved}
+    assert r.losses() == {}  # not yet: the drain has not ended
+    r.outcome, r.ended = Outcome.EXITED, 3.0
+    assert r.losses() == {early.identity: Loss.SIGTERM_DEFAULT}
+    data = r.to_dict()
+    assert data["outcome"] == "exited"
+    assert data["lost_progress"] == 1
+    assert "1 lost its progress" in r.one_line()
+    assert "saved no checkpoint" in r.summary()
+    r.dry_run = True
+    assert r.losses() == {}  # a dry run sent nothing, so it cost nothing

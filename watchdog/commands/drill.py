@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
-from watchdog.core.drain_record import DrainRecord, End, ProcessRecord, SignalResult
+from watchdog.core.drain_record import DrainRecord, End, Loss, ProcessRecord, SignalResult
 from watchdog.core.lifecycle import drain_id_at
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Outcome
@@ -93,13 +93,16 @@ def verdict(proc: ProcessRecord, started: float, dry_run: bool) -> tuple[bool, s
     status = proc.exit_status
     if dry_run:
         return True, f"{who}: would be sent SIGTERM (dry run: nothing was sent, nothing learned)"
-    if proc.killed:
+    loss = proc.loss()
+    if loss is Loss.KILLED:
         return False, f"{who}: NEEDED SIGKILL: still holding the TPU at the deadline; its progress is lost"
-    if proc.end is End.EXITED and status is not None and status.signal == signal.SIGTERM:
+    if loss is Loss.SIGTERM_DEFAULT:
         return False, (
             f"{who}: DID NOT HANDLE SIGTERM: died of its default action after {took}, so it saved no "
             "checkpoint (a JAX job needs jax.distributed.initialize() for its preemption handler)"
         )
+    if loss is Loss.STILL_RUNNING:
+        return False, f"{who}: STILL RUNNING after the grace (on_timeout = leave)"
     if proc.end is End.EXITED:
         how = f", {status}" if status is not None and status.known else ""
         return True, f"{who}: exited in time, after {took}{how}"
@@ -107,9 +110,7 @@ def verdict(proc: ProcessRecord, started: float, dry_run: bool) -> tuple[bool, s
         return True, f"{who}: released the TPU after {took} and kept running"
     if proc.end in (End.GONE, End.IDENTITY_CHANGED):
         return True, f"{who}: gone before it was signalled"
-    if proc.end is End.PROTECTED:
-        return True, f"{who}: never signalled (PID 1, the watchdog itself or a kernel thread)"
-    return False, f"{who}: STILL RUNNING after the grace (on_timeout = leave)"
+    return True, f"{who}: never signalled (PID 1, the watchdog itself or a kernel thread)"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,6 +34,16 @@ class End(str, enum.Enum):
     PROTECTED = "protected"  # PID 1, the daemon itself or a kernel thread: never signalled, not waited for
 
 
+class Loss(str, enum.Enum):
+    """Why a process of a finished drain lost its progress: the checkpoint SIGTERM asks for was not saved.
+    A drain whose outcome is `exited` can still have lost it (a job that died of SIGTERM), so the record
+    says so per process (`loss`) and in all (`lost_progress`), never only through the outcome."""
+
+    KILLED = "killed"  # needed SIGKILL: still holding the device at the deadline
+    SIGTERM_DEFAULT = "sigterm_default"  # died of SIGTERM's default action: no handler ran, nothing saved
+    STILL_RUNNING = "still_running"  # still holding the device when the drain ended (on_timeout = leave)
+
+
 @dataclass(frozen=True)
 class ExitStatus:
     """How a process ended, as far as can be known: an exit code, a killing signal, or neither (unknown)."""
@@ -52,6 +62,13 @@ class ExitStatus:
     @property
     def known(self) -> bool:
         return self.code is not None or self.signal is not None
+
+    @property
+    def died_of_sigterm(self) -> bool:
+        """Killed by SIGTERM's default action, or exit 143 (128 + 15: how a shell running the job reports
+        a child that was): no handler ran, so no checkpoint was saved. A MaxText or JAX job SIGTERMed before
+        its distributed initialisation (where the preemption handler is installed) ends so."""
+        return self.signal == signal.SIGTERM or self.code == 128 + signal.SIGTERM
 
     def __str__(self) -> str:
         if self.code is not None:
@@ -103,6 +120,16 @@ class ProcessRecord:
     def pending(self) -> bool:
         return self.end is None
 
+    def loss(self) -> Loss | None:
+        """Why it lost its progress, once its drain is over (None: it kept it, or never had to save)."""
+        if self.killed:
+            return Loss.KILLED
+        if self.end is End.EXITED and self.exit_status is not None and self.exit_status.died_of_sigterm:
+            return Loss.SIGTERM_DEFAULT
+        if self.end is None:
+            return Loss.STILL_RUNNING
+        return None
+
     def describe(self, start: float, dry_run: bool = False) -> str:
         """One line for an SRE: who, what was sent when, how it ended."""
 
@@ -120,7 +147,7 @@ class ProcessRecord:
         if self.end is End.EXITED:
             status = self.exit_status or UNKNOWN_EXIT
             parts.append(f"{status} at {t(self.ended_at)}")
-            if status.signal == signal.SIGTERM:
+            if status.died_of_sigterm:
                 parts.append("SIGTERM's default action: it had no handler, so it saved no checkpoint")
         elif self.end is End.RELEASED:
             parts.append(f"released the device at {t(self.ended_at)}, still running (not killed)")
@@ -157,6 +184,13 @@ class DrainRecord:
     def pending(self) -> list[ProcessIdentity]:
         return [i for i, p in self.processes.items() if p.pending]
 
+    def losses(self) -> dict[ProcessIdentity, Loss]:
+        """The processes that lost their progress, once the drain has ended (a dry run loses nothing)."""
+        if self.outcome is None or self.dry_run:
+            return {}
+        found = {i: p.loss() for i, p in self.processes.items()}
+        return {i: loss for i, loss in found.items() if loss is not None}
+
     def summary(self) -> str:
         """Lines for humans: the outcome, then each process."""
         state = self.outcome.value if self.outcome else "in progress"
@@ -180,10 +214,11 @@ class DrainRecord:
             "killed": sum(p.killed for p in procs),
             "released": sum(p.end is End.RELEASED for p in procs),
             "died of SIGTERM's default action": sum(
-                p.end is End.EXITED and p.exit_status is not None and p.exit_status.signal == signal.SIGTERM
+                p.end is End.EXITED and p.exit_status is not None and p.exit_status.died_of_sigterm
                 for p in procs
             ),
             "still running": sum(p.pending for p in procs),
+            "lost its progress": len(self.losses()),
         }
         parts = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
         dry = " (dry run: nothing was sent)" if self.dry_run else ""
@@ -196,6 +231,8 @@ class DrainRecord:
         def w(at: float | None) -> float | None:
             return None if at is None else round(self.wall(at), 3)
 
+        losses = self.losses()
+
         return {
             "outcome": self.outcome.value if self.outcome else None,
             "started": w(self.started),
@@ -205,6 +242,7 @@ class DrainRecord:
             "dry_run": self.dry_run,
             "late": self.late,
             "notes": list(self.notes),
+            "lost_progress": len(losses),
             "processes": [
                 {
                     "pid": p.identity.pid,
@@ -221,6 +259,7 @@ class DrainRecord:
                     "killed": p.killed,
                     "exit_status": str(p.exit_status) if p.exit_status else None,
                     "late_arrival": p.late_arrival,
+                    "loss": losses[p.identity].value if p.identity in losses else None,
                 }
                 for p in self.processes.values()
             ],
