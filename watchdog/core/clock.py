@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Protocol
 
@@ -24,3 +25,20 @@ class SystemClock:
 
     def wall(self) -> float:
         return time.time()
+
+
+def utc_time(epoch: float, timespec: str = "milliseconds") -> str:
+    """RFC 3339 in UTC with a Z, e.g. 2026-12-01T13:45:01.123Z: how every time is written for people and
+    machines alike (log lines, event ids, webhooks)."""
+    moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def time_left(deadline: float, now: float) -> str:
+    """`in 240 s`, or `passed 3 s ago`: a deadline relative to now, in words (never "-0 s left")."""
+    left = deadline - now
+    return (
+        f"in {left:.0f} s"
+        if left >= 0.5
+        else ("passed just now" if left > -0.5 else f"passed {-left:.0f} s ago")
+    )

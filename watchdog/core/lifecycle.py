@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from watchdog.core.clock import utc_time
 from watchdog.core.vocabulary import DEFAULT_MAINTENANCE_GRACE, DaemonState, Outcome
 
 # How a finished drain's outcome shows as the daemon's state while its events are still active.
@@ -81,6 +82,12 @@ def drain_id_at(started: float) -> str:
     whole = int(started)
     millis = min(999, round((started - whole) * 1000))
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+def event_id_at(source: str, value: str, first_seen: float) -> str:
+    """An event's id, readable: `preempted:TRUE@2026-12-01T16:31:03.006Z`. Ids are opaque once made: one
+    loaded from an older state file (`preempted:TRUE@1796126718.006`) is kept and matched as it is."""
+    return f"{source}:{value}@{utc_time(first_seen)}"
 
 
 @dataclass(frozen=True)
@@ -163,9 +170,8 @@ class Lifecycle:
             if current.deadline is not None and now + trigger.grace < current.deadline:
                 current.deadline = now + trigger.grace  # a value with a shorter grace: the event's too
             return self._maybe_move(current, now + trigger.grace)
-        event = Event(
-            f"{source}:{trigger.value}@{now:.3f}", source, trigger.value, now, False, now + trigger.grace
-        )
+        event = Event(event_id_at(source, trigger.value, now), source, trigger.value, now, False,
+                      now + trigger.grace)  # fmt: skip
         self.events[source] = event
         actions: list[Action] = [EventStarted(event)]
         if self.drain is None:

@@ -7,6 +7,7 @@ mutated in place), so a reader sees either the old or the new value.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -53,6 +54,7 @@ class StatusView:
         self.identity = HostIdentity()
         self.metadata_tolerance = METADATA_TOLERANCE
         self.state_error: str | None = None  # why the state file is not being written, while it is not
+        self.webhooks: Callable[[], list[dict[str, object]]] = list  # each webhook, its URL redacted
         self._started = clock.wall()
         self._last_tick = clock.monotonic()
 
@@ -165,5 +167,6 @@ class StatusView:
             },
             "host": self.identity.to_dict(),
             "state_file": {"persisted": self.state_error is None, "error": self.state_error},
+            "webhooks": self.webhooks(),
             "now": now,
         }
