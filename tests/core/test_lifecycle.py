@@ -226,3 +226,19 @@ def test_a_restored_drain_whose_events_all_cleared_is_over() -> None:
     assert life.drain is None
     assert life.last_outcome == "cancelled"
     assert life.state is DaemonState.IDLE
+
+
+def test_the_drain_event_is_the_first_the_drain_serves_else_the_first_on() -> None:
+    life = Lifecycle()
+    assert life.drain_event() is None
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    life.drain_finished("exited", now=1.0)
+    life.observe("preempted", PREEMPTED, now=2.0)  # a new event: a drain of its own
+    assert life.drain is not None
+    event = life.drain_event()
+    assert event is not None
+    assert event.source == "preempted"
+    life.drain_finished("exited", now=3.0)
+    event = life.drain_event()
+    assert event is not None
+    assert event.source == "maintenance-event"  # no drain: the first event on

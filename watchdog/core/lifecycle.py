@@ -159,6 +159,11 @@ class Lifecycle:
             return _STATE_AFTER.get(self.last_outcome, DaemonState.DRAINED)
         return DaemonState.IDLE
 
+    def drain_event(self) -> Event | None:
+        """The event the current drain serves (its first), else the first event on: what a notice names."""
+        served = set(self.drain.event_ids) if self.drain is not None else set()
+        return next(iter(sorted(self.events.values(), key=lambda e: e.event_id not in served)), None)
+
     def observe(self, source: str, trigger: Trigger | None, now: float) -> list[Action]:
         """The policy's current verdict for one source; returns what to do about it."""
         current = self.events.get(source)

@@ -109,4 +109,6 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         daemon.reloader = Reloader(wiring.reload_config)
     if wiring.reloads is not None:
         wiring.reloads.forward(daemon.inbox.put)
+    if webhooks is not None:
+        daemon.view.webhooks = webhooks.status  # /status shows each webhook, its URL redacted
     return Built(daemon, transport, metrics, store, host)

@@ -24,7 +24,6 @@ from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import (
     Action,
     CancelDrain,
-    Event,
     EventCleared,
     EventStarted,
     Lifecycle,
@@ -107,8 +106,6 @@ class Daemon:
         self.webhooks = webhooks
         notices = Notices(webhooks, lambda: self.view.host, self.clock, config.dry_run)
         self.announce = Announcer(config, hooks, notices)
-        if webhooks is not None:
-            self.view.webhooks = webhooks.status
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
@@ -264,8 +261,8 @@ class Daemon:
             elif isinstance(action, MoveDeadline):
                 self.runner.deadline_mono = self._to_mono(action.deadline)
                 self.metrics.set_deadline(action.deadline)
-                log.warning("%s moves the drain deadline earlier, to %s", action.because.source,
-                            utc_time(action.deadline))  # fmt: skip
+                moved = utc_time(action.deadline)
+                log.warning("%s moves the drain deadline earlier, to %s", action.because.source, moved)
             elif isinstance(action, CancelDrain):
                 log.warning("cancelling the drain: %s (nothing will be SIGKILLed)", action.reason)
                 self.runner.cancel.set()
@@ -324,7 +321,7 @@ class Daemon:
         self._next_progress = self.clock.monotonic() + self.progress_interval
         if cause != "retry":  # a retried attempt is the same drain, already told
             self.announce.notices.drain_started(
-                self._event(),
+                self.lifecycle.drain_event(),
                 deadline,
                 self._drain_id(),
                 resumed=cause == "resumed",
@@ -355,7 +352,7 @@ class Daemon:
         outcome = record.outcome or Outcome.INTERRUPTED
         if outcome is Outcome.INTERRUPTED:
             return  # the daemon is stopping: the state file keeps the drain for the next start
-        drain_id, event = self._drain_id(), self._event()
+        drain_id, event = self._drain_id(), self.lifecycle.drain_event()
         waiting = self.lifecycle.drain_finished(outcome.value, self._wall())
         self.metrics.drains.labels(outcome.value).inc()
         if record.ended is not None:
@@ -373,12 +370,6 @@ class Daemon:
 
     def _wall(self) -> float:
         return self.clock.wall()
-
-    def _event(self) -> Event | None:
-        """The event the current drain serves (its first), else the first event on: what a notice names."""
-        served = set(self.lifecycle.drain.event_ids) if self.lifecycle.drain is not None else set()
-        events = sorted(self.lifecycle.events.values(), key=lambda e: e.event_id not in served)
-        return events[0] if events else None
 
     def _drain_id(self) -> str:
         return self.lifecycle.drain.drain_id if self.lifecycle.drain is not None else ""
