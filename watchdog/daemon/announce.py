@@ -14,7 +14,7 @@ import logging
 from watchdog.config.settings import Config
 from watchdog.core.clock import time_left, utc_time
 from watchdog.core.drain_record import DrainRecord
-from watchdog.core.lifecycle import Event
+from watchdog.core.lifecycle import Event, Lifecycle
 from watchdog.core.vocabulary import Outcome
 from watchdog.daemon.notices import Notices, who_was_killed
 from watchdog.surface.hooks import HookContext, HookRunner
@@ -46,6 +46,14 @@ class Announcer:
         )  # fmt: skip
         self.notices.event_cleared(event)
         self._hook("on_event_clear", event, deadline)
+
+    def drain_started(self, lifecycle: Lifecycle, deadline: float, cause: str) -> None:
+        """The notice of the lifecycle's drain starting (its log line is the drain thread's); a retried
+        attempt is the same drain, already told."""
+        active = lifecycle.drain
+        if cause != "retry" and active is not None:
+            self.notices.drain_started(lifecycle.drain_event(), deadline, active.drain_id,
+                                       resumed=cause == "resumed", late=active.late)  # fmt: skip
 
     def drain_finished(
         self, record: DrainRecord, event: Event | None, drain_id: str, state: str, deadline: float | None

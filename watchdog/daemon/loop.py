@@ -319,14 +319,7 @@ class Daemon:
                 already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
         active = self.lifecycle.drain
         self._next_progress = self.clock.monotonic() + self.progress_interval
-        if cause != "retry":  # a retried attempt is the same drain, already told
-            self.announce.notices.drain_started(
-                self.lifecycle.drain_event(),
-                deadline,
-                self._drain_id(),
-                resumed=cause == "resumed",
-                late=bool(active and active.late),
-            )
+        self.announce.drain_started(self.lifecycle, deadline, cause)
         first = self.runner.first_wave(self._to_mono(deadline))
         if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
             self._intents = [(h.identity, "SIGTERM", h.name) for h in first if h.identity not in already]
