@@ -47,7 +47,7 @@ def test_python_dash_m_runs_the_same_cli() -> None:
 # The flags each command's --help lists: only those it reads (status once listed every daemon flag).
 DAEMON_FLAGS = {"--config", "--metadata-host", "--device", "--exclude", "--grace", "--preempt-grace",
                 "--on-timeout", "--state-dir", "--listen", "--dry-run", "--log-level",
-                "--log-format"}  # fmt: skip
+                "--log-format", "--webhook"}  # fmt: skip
 FLAGS = {
     "status": {"--config", "--listen", "--state-dir", "--json"},
     "drill": {"--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run"},

@@ -24,7 +24,17 @@ def test_environment_names_and_sections_come_from_the_key() -> None:
     assert all(BY_ENV[s.env] is s and BY_KEY[s.key] is s for s in SETTINGS)  # no two settings share a name
     assert len({s.attr for s in SETTINGS}) == len(SETTINGS)
     assert frozenset(
-        {"metadata", "devices", "exclude", "drain", "events", "upcoming_maintenance", "hooks", "http"}
+        {
+            "metadata",
+            "devices",
+            "exclude",
+            "drain",
+            "events",
+            "upcoming_maintenance",
+            "hooks",
+            "http",
+            "notify",
+        }
     ) == (SECTIONS)
 
 

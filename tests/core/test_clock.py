@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.clock import Clock, SystemClock, time_left, utc_time
 
 
 def test_wall_is_seconds_since_the_epoch() -> None:
@@ -29,3 +29,14 @@ def test_the_system_clock_is_a_clock() -> None:
         return clock.monotonic() + after
 
     assert deadline(SystemClock(), 5.0) > time.monotonic()
+
+
+def test_times_read_as_utc_with_a_z_and_deadlines_in_words() -> None:
+    assert utc_time(1796142663.0064) == "2026-12-01T16:31:03.006Z"
+    assert utc_time(1796142663.0, "seconds") == "2026-12-01T16:31:03Z"
+    assert [time_left(100.0, now) for now in (0.0, 99.8, 100.3, 103.0)] == [
+        "in 100 s",
+        "passed just now",
+        "passed just now",
+        "passed 3 s ago",
+    ]

@@ -237,3 +237,19 @@ def test_a_rehearsal_that_would_have_timed_out_leaves_the_daemon_drained() -> No
     assert again.state is DaemonState.DRAINED
     real = Lifecycle.restored(life.events.values(), None, life.last_outcome)
     assert real.state is DaemonState.TIMED_OUT  # the same outcome for real is the daemon's state
+
+
+def test_the_drain_event_is_the_first_the_drain_serves_else_the_first_on() -> None:
+    life = Lifecycle()
+    assert life.drain_event() is None
+    life.observe("maintenance-event", TERMINATE, now=0.0)
+    life.drain_finished("exited", now=1.0)
+    life.observe("preempted", PREEMPTED, now=2.0)  # a new event: a drain of its own
+    assert life.drain is not None
+    event = life.drain_event()
+    assert event is not None
+    assert event.source == "preempted"
+    life.drain_finished("exited", now=3.0)
+    event = life.drain_event()
+    assert event is not None
+    assert event.source == "maintenance-event"  # no drain: the first event on

@@ -114,3 +114,17 @@ def test_a_fetch_that_raises_is_logged_once_and_asked_again(caplog: pytest.LogCa
     assert len(calls) == 3
     assert published == [HostIdentity()]
     assert len([r for r in caplog.records if "internal error" in r.getMessage()]) == 1
+
+
+def test_a_metadata_server_that_is_down_is_one_line_for_every_key(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nothing listens there
+    stop = threading.Event()
+    caplog.set_level(logging.INFO, "tpu-watchdog")
+    with MetadataTransport(f"127.0.0.1:{port}") as transport:
+        # One round: the first publication (nothing known) stops it.
+        learn_identity(lambda paths: fetch_identity(transport, paths), lambda _: stop.set(), stop, 0.05)
+    (said,) = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert "instance/id, instance/name, instance/zone" in said
+    assert "(connection_refused)" in said

@@ -189,13 +189,13 @@ def test_an_unusable_dir_is_a_clear_error(tmp_path: Path) -> None:
         store(blocker)
 
 
-def test_a_failed_write_is_logged_and_the_state_lives_on(
+def test_a_failed_write_is_noted_and_the_state_lives_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     target = tmp_path / "state"
     s = store(target)
     os.rmdir(target)  # the directory vanishes under the daemon
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.DEBUG):  # the daemon's reporter says it loudly, once (write_error)
         begin(s, "preempted", "TRUE")
         s.record_intent(TERM, signal.SIGTERM)
     assert s.already_signalled(TERM, signal.SIGTERM)

@@ -55,13 +55,14 @@ class DaemonHarness:
         confirm_wait: float = CONFIRM_WAIT,
         wait_for_answers: bool = True,
         host_info: bool = False,
+        wiring: dict[str, Any] | None = None,
         **overrides: Any,
     ) -> None:
         self.wait_for_answers = wait_for_answers
         self.config = harness_config(state_dir, workloads, **overrides)
         self.fake = fake
         self.stop = threading.Event()
-        wiring = Wiring(
+        wiring_ = Wiring(
             metadata_host=fake.address,
             timeout_sec=2,
             timing=FAST,
@@ -71,8 +72,9 @@ class DaemonHarness:
             notifier=notifier or Notifier(environ={}),
             host_info=host_info,
             confirm_wait=confirm_wait,
+            webhook_backoff=0.05,
         )
-        self.built = build_daemon(self.config, self.stop, wiring)
+        self.built = build_daemon(self.config, self.stop, dataclasses.replace(wiring_, **(wiring or {})))
         self.daemon, self.transport = self.built.daemon, self.built.transport
         self.metrics, self.store = self.built.metrics, self.built.store
         self.thread = threading.Thread(target=self.daemon.run, name="daemon under test", daemon=True)

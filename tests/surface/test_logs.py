@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import subprocess
 import sys
 
-from watchdog.surface.logs import MESSAGE_IDS, fields, under_systemd
+from watchdog.surface.logs import MESSAGE_IDS, JsonLines, fields, under_systemd
 
 
 def test_fields_name_the_message_and_prefix_the_rest() -> None:
@@ -41,3 +43,18 @@ def test_outside_systemd_lines_go_to_stderr() -> None:
     assert done.stdout == ""
     assert done.stderr.rstrip().endswith("INFO hello world")
     assert "hidden" not in done.stderr
+
+
+def test_a_json_line_has_cloud_loggings_fields_and_the_journals() -> None:
+    record = logging.LogRecord("tpu-watchdog", logging.ERROR, __file__, 1, "drain %s", ("timed_out",), None)
+    record.__dict__.update(fields("drain_finished", outcome="timed_out", severity="never over the severity"))
+    record.created = 1796142663.006
+    line = json.loads(JsonLines().format(record))
+    assert line == {
+        "time": "2026-12-01T16:31:03.006000Z",
+        "severity": "ERROR",
+        "message": "drain timed_out",
+        "outcome": "timed_out",
+        "kind": "drain_finished",
+        "message_id": MESSAGE_IDS["drain_finished"],
+    }

@@ -18,6 +18,7 @@ from watchdog.config.settings import (
     Config,
     add_config_arguments,
     as_dict,
+    displayed,
     environment_help,
     load_config_or_exit,
 )
@@ -39,7 +40,7 @@ def _text(config: Config) -> str:
     else:
         header = f"# config file: none ({DEFAULT_CONFIG_PATH} not found; built-in defaults)"
     rows = [
-        (f"{s.key} = {config_values.show(_plain(config.value(s.key)))}", str(config.source(s.key)))
+        (f"{s.key} = {config_values.show(_plain(displayed(config, s)))}", str(config.source(s.key)))
         for s in SETTINGS
     ]
     width = max(len(assignment) for assignment, _ in rows)

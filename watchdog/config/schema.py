@@ -35,6 +35,7 @@ class Setting:
     parse_text: Callable[[str], object]  # an environment or flag text -> the typed value
     allowed: str  # what is allowed, in words, for error messages and help
     flag: str | None = None  # the `run` flag, if there is one
+    secret: bool = False  # shown only redacted (`tpu-watchdog config`): a webhook URL lets anyone post
 
     @property
     def env(self) -> str:
@@ -217,6 +218,17 @@ SETTINGS: tuple[Setting, ...] = (
         lambda text: v.networks(v.list_text(text)),
         'a list of IP networks that may read /status (pids, process names, devices), e.g. ["127.0.0.0/8", '
         '"::1/128", "10.0.0.0/8"]; /metrics and the probes are served to every client',
+    ),
+    Setting(
+        "notify.webhooks",
+        "webhooks",
+        (),
+        v.webhook_urls,
+        v.webhook_urls_text,
+        "a list of http(s) URLs, each sent a JSON POST per event (a secret: shown redacted), e.g. "
+        '["https://hooks.slack.com/services/..."]',
+        "--webhook",
+        secret=True,
     ),
 )
 

@@ -21,6 +21,7 @@ from watchdog.config import values as v
 from watchdog.config.schema import BY_ENV, BY_KEY, ENV_PREFIX, SECTIONS, SETTINGS, Setting
 from watchdog.config.suggest import suggest
 from watchdog.config.trust import refusal
+from watchdog.core.redaction import redacted_url
 from watchdog.core.vocabulary import (
     DEFAULT_MAINTENANCE_GRACE,
     DEFAULT_PREEMPTION_GRACE,
@@ -87,6 +88,7 @@ class Config:
     hook_on_event_clear: tuple[str, ...] | None
     hook_timeout: float
     status_allow: tuple[str, ...]  # IP networks /status is served to (normalised CIDR); loopback by default
+    webhooks: tuple[str, ...]  # secrets: shown only through `displayed` (redacted)
     config_file: str | None = None  # the file read, None when none was
     sources: Mapping[str, Source] = field(default_factory=dict, compare=False)  # TOML key -> source
 
@@ -158,6 +160,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, only: Collection[str] 
     )
     group.add_argument("--log-level", metavar="LEVEL", help="debug | info | warning | error")
     group.add_argument("--log-format", metavar="FORMAT", help="text | json (one JSON object per line)")
+    group.add_argument(
+        "--webhook",
+        metavar="URL",
+        action="append",
+        help="POST a JSON notice per event to URL (Slack, Google Chat, ...); repeatable (replaces the list)",
+    )
 
 
 def environment_help() -> str:
@@ -249,6 +257,9 @@ def _flag_values(args: argparse.Namespace) -> list[tuple[Setting, str, object]]:
     devices = getattr(args, "device", None)
     if devices:
         given.append((BY_KEY["devices.patterns"], "--device", list(devices)))
+    webhooks = getattr(args, "webhook", None)
+    if webhooks:
+        given.append((BY_KEY["notify.webhooks"], "--webhook", list(webhooks)))
     excludes: dict[str, list[object]] = {}
     for item in getattr(args, "exclude", None) or []:
         kind, colon, what = item.partition(":")
@@ -351,11 +362,19 @@ def load_config_or_exit(args: argparse.Namespace, environ: Mapping[str, str]) ->
         return EXIT_CONFIG
 
 
+def displayed(config: Config, setting: Setting) -> object:
+    """A setting's value as people see it (`tpu-watchdog config`): a secret only redacted."""
+    value = config.value(setting.key)
+    if setting.secret and isinstance(value, tuple):
+        return tuple(redacted_url(str(item)) for item in value)
+    return value
+
+
 def as_dict(config: Config) -> dict[str, dict[str, object]]:
     """Every setting by TOML key: its value (JSON-ready), source, environment variable and flag."""
     result: dict[str, dict[str, object]] = {}
     for setting in SETTINGS:
-        value = config.value(setting.key)
+        value = displayed(config, setting)
         if isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, v.Address):

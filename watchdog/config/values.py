@@ -13,6 +13,9 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from watchdog.core.redaction import redacted_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -271,3 +274,33 @@ def metadata_host(value: object) -> str:
     if port is not None:
         _port(port, 1)
     return text
+
+
+def webhook_urls(value: object) -> tuple[str, ...]:
+    """Webhook URLs: http(s) with a host. A URL is a secret, so a message shows it only redacted."""
+    if not isinstance(value, list):
+        raise BadValueError(f"{_type_name(value)} is not a list of URLs")
+    urls = []
+    for item in value:
+        if not isinstance(item, str):
+            raise BadValueError(f"{show(item)} is {_type_name(item)}, not a URL")
+        url = item.strip()
+        try:
+            parts = urlsplit(url)
+            good = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # a port that is no number
+            good = False
+        if not good or not url.isprintable() or " " in url:
+            raise BadValueError(
+                f"{redacted_url(url)} (shown redacted) is not an http:// or https:// URL with a host"
+            )
+        urls.append(url)
+    return tuple(urls)
+
+
+def webhook_urls_text(text: str) -> tuple[str, ...]:
+    """From the environment: a TOML array, or URLs separated by commas or white space."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        return webhook_urls(list_text(stripped))
+    return webhook_urls([word for word in re.split(r"[,\s]+", stripped) if word])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import datetime
 import time
 from typing import Protocol
 
@@ -27,11 +28,26 @@ class SystemClock:
         return time.time()
 
 
+def utc_time(epoch: float, timespec: str = "milliseconds") -> str:
+    """RFC 3339 in UTC with a Z, e.g. 2026-12-01T13:45:01.123Z: how every time is written for people and
+    machines alike (log lines, event ids, webhooks)."""
+    moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def time_left(deadline: float, now: float) -> str:
+    """`in 240 s`, or `passed 3 s ago`: a deadline relative to now, in words (never "-0 s left")."""
+    left = deadline - now
+    return (
+        f"in {left:.0f} s"
+        if left >= 0.5
+        else ("passed just now" if left > -0.5 else f"passed {-left:.0f} s ago")
+    )
+
+
 def utc_text(wall: float) -> str:
     """RFC 3339 in UTC with a Z, to the millisecond: `2026-12-01T13:45:01.123Z` (history, status)."""
-    whole = int(wall // 1)
-    millis = min(999, round((wall - whole) * 1000))
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+    return utc_time(wall)
 
 
 def parse_utc_text(text: str) -> float:

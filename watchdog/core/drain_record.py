@@ -146,7 +146,9 @@ class ProcessRecord:
                 parts.append(f"{name} not sent ({s.result.value}) {t(s.at)}")
         if self.end is End.EXITED:
             status = self.exit_status or UNKNOWN_EXIT
-            parts.append(f"{status} at {t(self.ended_at)}")
+            # Not our child, its status may be unreadable; after a SIGKILL it can only have been that.
+            shown = "killed by SIGKILL" if self.killed and not status.known else str(status)
+            parts.append(f"{shown} at {t(self.ended_at)}")
             if status.died_of_sigterm:
                 parts.append("SIGTERM's default action: it had no handler, so it saved no checkpoint")
         elif self.end is End.RELEASED:

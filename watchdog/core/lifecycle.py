@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from watchdog.core.clock import utc_time
 from watchdog.core.vocabulary import DEFAULT_MAINTENANCE_GRACE, DaemonState, Outcome
 
 # How a finished drain's outcome shows as the daemon's state while its events are still active.
@@ -81,6 +82,12 @@ def drain_id_at(started: float) -> str:
     whole = int(started)
     millis = min(999, round((started - whole) * 1000))
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+def event_id_at(source: str, value: str, first_seen: float) -> str:
+    """An event's id, readable: `preempted:TRUE@2026-12-01T16:31:03.006Z`. Ids are opaque once made: one
+    loaded from an older state file (`preempted:TRUE@1796126718.006`) is kept and matched as it is."""
+    return f"{source}:{value}@{utc_time(first_seen)}"
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,11 @@ class Lifecycle:
             return _STATE_AFTER.get(self.last_outcome, DaemonState.DRAINED)
         return DaemonState.IDLE
 
+    def drain_event(self) -> Event | None:
+        """The event the current drain serves (its first), else the first event on: what a notice names."""
+        served = set(self.drain.event_ids) if self.drain is not None else set()
+        return next(iter(sorted(self.events.values(), key=lambda e: e.event_id not in served)), None)
+
     def observe(self, source: str, trigger: Trigger | None, now: float) -> list[Action]:
         """The policy's current verdict for one source; returns what to do about it."""
         current = self.events.get(source)
@@ -167,9 +179,8 @@ class Lifecycle:
             if current.deadline is not None and now + trigger.grace < current.deadline:
                 current.deadline = now + trigger.grace  # a value with a shorter grace: the event's too
             return self._maybe_move(current, now + trigger.grace)
-        event = Event(
-            f"{source}:{trigger.value}@{now:.3f}", source, trigger.value, now, False, now + trigger.grace
-        )
+        event = Event(event_id_at(source, trigger.value, now), source, trigger.value, now, False,
+                      now + trigger.grace)  # fmt: skip
         self.events[source] = event
         actions: list[Action] = [EventStarted(event)]
         if self.drain is None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
+from watchdog.daemon.announce import PROGRESS_INTERVAL
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
@@ -29,6 +30,7 @@ from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
 from watchdog.surface.metrics import Metrics
 from watchdog.surface.notify import Notifier
+from watchdog.surface.webhooks import BACKOFF, WebhookSender
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class Wiring:
     confirm_wait: float = CONFIRM_WAIT
     reload_config: Callable[[], Config] | None = None  # what a reload reads; None: the config as given
     reloads: ReloadRequests | None = None  # SIGHUP's pipe (`run` installs the handler); None: no SIGHUP
+    webhook_backoff: float = BACKOFF  # s before a webhook's second attempt (doubled after)
+    progress_interval: float = PROGRESS_INTERVAL  # s between a drain's progress lines
 
 
 @dataclass
@@ -78,6 +82,13 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
             backoff_factory=wiring.backoff or Backoff,
         )  # fmt: skip
 
+    webhooks = None
+    if config.webhooks:
+        webhooks = WebhookSender(
+            config.webhooks, on_sent=metrics.webhooks_sent.inc,
+            on_failed=lambda reason: metrics.webhook_failures.labels(reason.value).inc(),
+            backoff=wiring.webhook_backoff,
+        )  # fmt: skip
     daemon = Daemon(
         config,
         stop=stop,
@@ -91,9 +102,13 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         identity=(lambda paths: fetch_identity(transport, paths)) if wiring.host_info else None,
         wedge_file=wiring.wedge_file,
         confirm_wait=wiring.confirm_wait,
+        webhooks=webhooks,
+        progress_interval=wiring.progress_interval,
     )
     if wiring.reload_config is not None:
         daemon.reloader = Reloader(wiring.reload_config)
     if wiring.reloads is not None:
         wiring.reloads.forward(daemon.inbox.put)
+    if webhooks is not None:
+        daemon.view.webhooks = webhooks.status  # /status shows each webhook, its URL redacted
     return Built(daemon, transport, metrics, store, host)

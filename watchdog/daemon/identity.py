@@ -44,8 +44,13 @@ def learn_identity(
                 log.exception("host identity: internal error while asking for it: asking again")
             fetched = Fetched()
         answers.update(fetched.values)
+        by_kind: dict[str, list[str]] = {}  # one line per kind of failure, not per key: one fact
         for path, error in fetched.failed.items():
-            _once(said, f"host identity: {path} unavailable ({error.kind.value}): asking again", error.detail)
+            by_kind.setdefault(error.kind.value, []).append(path)
+        for kind, paths in by_kind.items():
+            detail = fetched.failed[paths[0]].detail
+            _once(said, f"host identity: {', '.join(paths)} unavailable ({kind}): asking again", detail,
+                  key=f"unavailable: {kind}")  # fmt: skip
         identity, problems = identity_from(answers)
         for problem in problems:
             _once(said, f"host identity: {problem}")
@@ -64,9 +69,9 @@ def learn_identity(
         )  # fmt: skip
 
 
-def _once(said: set[str], message: str, detail: str = "") -> None:
-    if message in said:
+def _once(said: set[str], message: str, detail: str = "", key: str = "") -> None:
+    if (key or message) in said:
         log.debug("%s %s", message, detail)
         return
-    said.add(message)
+    said.add(key or message)
     log.warning("%s%s", message, f": {detail}" if detail else "")

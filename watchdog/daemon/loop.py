@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
-from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.clock import Clock, SystemClock, time_left, utc_time
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import (
@@ -34,11 +34,13 @@ from watchdog.core.metadata_values import UpcomingMaintenance
 from watchdog.core.policy import trigger, upcoming_drain_due
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, DaemonState, Outcome, source_of
+from watchdog.daemon.announce import PROGRESS_INTERVAL, Announcer
 from watchdog.daemon.departures import Departures
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
+from watchdog.daemon.notices import Notices
 from watchdog.daemon.recorder import DrainRecorder
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
@@ -48,10 +50,11 @@ from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
 from watchdog.store.statefile import StateStore
-from watchdog.surface.hooks import HookContext, HookRunner
+from watchdog.surface.hooks import HookRunner
 from watchdog.surface.logs import fields
 from watchdog.surface.metrics import Metrics
 from watchdog.surface.notify import Notifier
+from watchdog.surface.webhooks import WebhookSender
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -80,6 +83,8 @@ class Daemon:
         identity: Fetch | None = None,
         wedge_file: str | None = None,
         confirm_wait: float = CONFIRM_WAIT,
+        webhooks: WebhookSender | None = None,
+        progress_interval: float = PROGRESS_INTERVAL,
     ) -> None:
         self.config = config
         self.stop = stop
@@ -102,6 +107,9 @@ class Daemon:
         self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
         self._identity = identity
+        self.webhooks = webhooks
+        notices = Notices(webhooks, lambda: self.view.host, self.clock, config.dry_run)
+        self.announce = Announcer(config, hooks, notices)
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
@@ -116,6 +124,7 @@ class Daemon:
         self._next_ping = 0.0
         self._next_scan = 0.0
         self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
+        self.progress_interval, self._next_progress = progress_interval, 0.0
         self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait)
         self.departures = Departures(metrics)
         # Set again whenever the lifecycle changes, and on each tick.
@@ -194,8 +203,7 @@ class Daemon:
                 # It answered in this run: a passing 404 (a server hiccup) is no reason to drop an event.
                 log.warning("metadata %s answers 404 after answering before: asking again", message.key)
                 return
-            log.warning("metadata %s is not supported on this machine (404): asking again now and then",
-                        message.key)  # fmt: skip
+            log.debug("metadata %s: unsupported (the watch said so)", message.key)
             # A key this machine lacks asks for nothing: an event of it (restored from the state file)
             # would otherwise never clear.
             self._apply(self.lifecycle.observe(source, None, self._wall()))
@@ -225,6 +233,10 @@ class Daemon:
             if due is not None and self.clock.wall() >= due:
                 verdict = trigger(upcoming, self.policy, self.clock.wall())
                 self._apply(self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, self._wall()))
+        drain = self.lifecycle.drain
+        if self.runner.running and drain is not None and now >= self._next_progress:
+            self._next_progress = now + self.progress_interval
+            self.announce.progress(self.view.record, drain.deadline, drain.drain_id, self.clock.wall())
         if not self.runner.running and self.lifecycle.drain is None and self.lifecycle.events:
             self._watch_late_arrivals(now)
         self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view)
@@ -250,28 +262,19 @@ class Daemon:
             return
         for action in actions:
             if isinstance(action, EventStarted):
-                event = action.event
-                log.warning(
-                    "event started: %s = %s (id %s)", event.source, event.value, event.event_id,
-                    extra=fields("event_started", event=event.source, value=event.value),
-                )  # fmt: skip
-                self._hook("on_event_start", event.source, event.value, event.event_id)
+                self.announce.event_started(action.event, self._deadline())
             elif isinstance(action, StartDrain):
                 self._start_drain(action.event.source, action.deadline, resume=action.late)
             elif isinstance(action, MoveDeadline):
                 self.runner.deadline_mono = self._to_mono(action.deadline)
                 self.metrics.set_deadline(action.deadline)
-                log.warning("%s moves the drain deadline earlier", action.because.source)
+                moved = utc_time(action.deadline)
+                log.warning("%s moves the drain deadline earlier, to %s", action.because.source, moved)
             elif isinstance(action, CancelDrain):
                 log.warning("cancelling the drain: %s (nothing will be SIGKILLed)", action.reason)
                 self.runner.cancel.set()
             elif isinstance(action, EventCleared):
-                event = action.event
-                log.info(
-                    "event cleared: %s is back to normal (id %s)", event.source, event.event_id,
-                    extra=fields("event_cleared", event=event.source),
-                )  # fmt: skip
-                self._hook("on_event_clear", event.source, event.value, event.event_id)
+                self.announce.event_cleared(action.event, self._deadline())
         self._changed()
 
     def _changed(self) -> None:
@@ -304,9 +307,10 @@ class Daemon:
                 return
         if active is not None:
             log.warning(
-                "resuming the drain started at %.0f: deadline unchanged (%.0f s left)",
-                active.started,
-                active.deadline - self._wall(),
+                "resuming the drain started at %s: deadline unchanged, %s (%s)",
+                utc_time(active.started),
+                utc_time(active.deadline),
+                time_left(active.deadline, self._wall()),
                 extra=fields("state_recovered", state=DaemonState.DRAINING.value),
             )
             self._start_drain("resumed", active.deadline, resume=True)
@@ -322,6 +326,8 @@ class Daemon:
             for record in self.store.state.signals:
                 already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
         active = self.lifecycle.drain
+        self._next_progress = self.clock.monotonic() + self.progress_interval
+        self.announce.drain_started(self.lifecycle, deadline, cause)
         first = self.runner.first_wave(self._to_mono(deadline))
         if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
             self._intents = [(h.identity, "SIGTERM", h.name) for h in first if h.identity not in already]
@@ -347,21 +353,10 @@ class Daemon:
         outcome = record.outcome or Outcome.INTERRUPTED
         if outcome is Outcome.INTERRUPTED:
             return  # the daemon is stopping: the state file keeps the drain for the next start
-        drain_id = self._drain_id()
+        drain_id, event = self._drain_id(), self.lifecycle.drain_event()
         self.recorder.finished(record, outcome, self.lifecycle)
         waiting = self.lifecycle.drain_finished(outcome.value, self._wall(), rehearsed=record.dry_run)
-        log.warning(
-            "%s", record.one_line(),
-            extra=fields("drain_finished", outcome=outcome.value, state=self.lifecycle.state.value,
-                         drain_id=drain_id, late=record.late),
-        )  # fmt: skip
-        for proc in record.processes.values():
-            log.info("  %s", proc.describe(record.started, record.dry_run))
-        event = next(iter(self.lifecycle.events.values()), None)
-        self._hook(
-            "on_drain_end", event.source if event else "", event.value if event else "",
-            event.event_id if event else "", outcome.value,
-        )  # fmt: skip
+        self.announce.drain_finished(record, event, drain_id, self.lifecycle.state.value, self._deadline())
         if waiting:
             self._apply(waiting)  # an event that started while this drain was being cancelled
         else:
@@ -369,10 +364,8 @@ class Daemon:
 
     # -- helpers -------------------------------------------------------------------------------------
 
-    def _hook(self, name: str, source: str, value: str, event_id: str, outcome: str = "") -> None:
-        deadline = self.lifecycle.drain.deadline if self.lifecycle.drain else None
-        context = HookContext(source, value, event_id, outcome, deadline, self.config.dry_run)
-        self.hooks.run_hook(name, context)
+    def _deadline(self) -> float | None:
+        return self.lifecycle.drain.deadline if self.lifecycle.drain else None
 
     def _wall(self) -> float:
         return self.clock.wall()
@@ -405,4 +398,6 @@ class Daemon:
         self.runner.join(timeout=1.5)
         self.watcher.join(timeout=1.0)
         self.hooks.close(0.5)
+        if self.webhooks is not None:
+            self.webhooks.close(1.0)
         log.info("tpu-watchdog stopped (state %s)", self.lifecycle.state.value)

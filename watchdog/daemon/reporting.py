@@ -17,12 +17,35 @@ from watchdog.core.metadata_values import (
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import MAINTENANCE_EVENT, UPCOMING_MAINTENANCE, SigtermDisposition, source_of
 from watchdog.daemon.view import StatusView
+from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.watch import WatchFailed
 from watchdog.store.statefile import StateStore
 from watchdog.surface.logs import fields
 from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
+
+# An error kind (metadata/errors.py) in words, for the log line; a kind without words here is said by
+# its name ("http_429" -> "http 429").
+_WORDS = {
+    ErrorKind.CONNECTION_REFUSED: "connection refused",
+    ErrorKind.CONNECTION_RESET: "connection reset",
+    ErrorKind.TIMEOUT: "timed out",
+    ErrorKind.HTTP_5XX: "server error",
+    ErrorKind.HTTP_429: "too many requests",
+    ErrorKind.HTTP_403: "forbidden",
+    ErrorKind.HTTP_404: "not found",
+    ErrorKind.HTTP_4XX: "request refused",
+    ErrorKind.BODY_NOT_TEXT: "the answer is not text",
+    ErrorKind.BODY_TOO_LARGE: "the answer is too large",
+    ErrorKind.MISSING_FLAVOR: "answer refused",
+    ErrorKind.MALFORMED_VALUE: "malformed value",
+    ErrorKind.OTHER: "request failed",
+}
+
+
+def in_words(kind: ErrorKind) -> str:
+    return _WORDS.get(kind, kind.value.replace("_", " "))
 
 
 class Reporter:
@@ -36,18 +59,19 @@ class Reporter:
         self._said_unready: set[tuple[ProcessIdentity, SigtermDisposition]] = set()
 
     def metadata_failed(self, message: WatchFailed) -> None:
-        """Counted every time; a warning per change of error kind per key, the repeats only at debug."""
-        kind = message.error.kind.value
+        """Counted every time; a warning per change of error kind per key, the repeats only at debug (and
+        a 404 at debug: the watch says once that the key is not supported here)."""
+        error = message.error
+        kind = error.kind.value
         self.metrics.metadata_errors.labels(source_of(message.key), kind).inc()
-        repeat = self._last_error_kind.get(message.key) == kind
+        repeat = self._last_error_kind.get(message.key) == kind or kind == ErrorKind.HTTP_404.value
         self._last_error_kind[message.key] = kind
         log.log(
             logging.DEBUG if repeat else logging.WARNING,
-            "metadata %s: %s (retrying; this is never taken as a value)",
-            message.key,
-            message.error,
-            extra=fields("metadata_error", endpoint=source_of(message.key), kind=kind),
-        )
+            "metadata %s: %s (%s); retrying, never taken as a value",
+            message.key, in_words(error.kind), error.detail,
+            extra=fields("metadata_error", endpoint=source_of(message.key), error_kind=kind),
+        )  # fmt: skip
 
     def metadata_value(self, key: str, value: WatchedValue) -> None:
         """A good answer: its metrics, and the value in /status."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from watchdog.config.settings import Config
-from watchdog.core.clock import Clock
+from watchdog.core.clock import Clock, time_left, utc_time
 from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import DaemonState
@@ -106,9 +106,11 @@ class DrainRunner(DrainListener):
         record: DrainRecord | None = None
         try:
             holders = order.first_wave or self._first_scan()
+            then = "SIGKILL what still holds a device" if self.config.on_timeout == "kill" else "leave them"
             log.warning(
-                "draining %d TPU holder(s) for %s: SIGTERM now, deadline in %.0f s, then %s",
-                len(holders), order.cause, order.wall_deadline - self.clock.wall(), self.config.on_timeout,
+                "draining %d TPU holder(s) for %s: SIGTERM now, deadline %s (%s), then %s",
+                len(holders), order.cause, utc_time(order.wall_deadline),
+                time_left(order.wall_deadline, self.clock.wall()), then,
                 extra=fields("drain_started", event=order.cause, state=DaemonState.DRAINING.value,
                              drain_id=order.drain_id, late=order.late),
             )  # fmt: skip
@@ -177,7 +179,7 @@ class DrainRunner(DrainListener):
             name = signal.Signals(signum).name
             if result is SignalResult.SENT and not self.config.dry_run:
                 self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
-            process = _name(record, identity)
+            process = _name(record, identity) or "name unknown"
             proc = record.processes.get(identity)
             late = bool(proc and proc.late_arrival)
             journal = fields(

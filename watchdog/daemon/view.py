@@ -58,6 +58,7 @@ class StatusView:
         self.state_error: str | None = None  # why the state file is not being written, while it is not
         self.history: DrainHistory | None = None
         self.live_entry: Callable[[DrainRecord], dict[str, object] | None] = lambda _: None
+        self.webhooks: Callable[[], list[dict[str, object]]] = list  # each webhook, its URL redacted
         self._started = clock.wall()
         self._last_tick = clock.monotonic()
 
@@ -173,6 +174,7 @@ class StatusView:
             },
             "host": self.identity.to_dict(),
             "state_file": {"persisted": self.state_error is None, "error": self.state_error},
+            "webhooks": self.webhooks(),
             "now": now,
         }
 

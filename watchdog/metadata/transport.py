@@ -151,6 +151,15 @@ _RESET_TYPES = (
 _TIMEOUT_TYPES = (TimeoutError, socket.timeout, urllib3.exceptions.TimeoutError, requests.exceptions.Timeout)
 
 
+def _innermost(exc: BaseException) -> str:
+    """The root cause in a few words (`gaierror: [Errno -2] Name or service not known`), not urllib3's
+    nested reprs of pools and connections."""
+    root = next((e for e in reversed(_causes(exc)) if isinstance(e, OSError) and e.strerror), None)
+    if root is None:
+        return type(exc).__name__
+    return f"{type(root).__name__}: {root.strerror}"[:120]
+
+
 def classify_exception(exc: BaseException) -> ErrorKind:
     """The kind of a requests/urllib3/socket failure; refused and a name that does not resolve are
     checked first, as urllib3's NewConnectionError (and its NameResolutionError) is, for history's sake, a
@@ -239,7 +248,9 @@ class MetadataTransport:
 
     def _failure(self, exc: BaseException, path: str) -> MetadataError:
         kind = classify_exception(exc)
-        detail = f"{type(exc).__name__} talking to {self.host}: {exc}"
+        detail = f"talking to {self.host}"  # the kind says what happened; the exception's text is a repr
+        if kind is ErrorKind.OTHER:
+            detail += f": {_innermost(exc)}"
         if self.closed:
             detail = "request ended: transport closed (shutting down)"
         return MetadataError(kind, path, detail)

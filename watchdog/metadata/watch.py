@@ -253,7 +253,8 @@ class KeyWatch:
         counts = dict(self.status().error_counts)
         counts[error.kind] = counts.get(error.kind, 0) + 1
         self._update(last_error=error.kind, error_counts=counts)
-        log.warning("%s: %s (retrying)", self.key, error)
+        # At debug: the daemon logs it in words, once per change of kind.
+        log.debug("%s: %s: %s (retrying)", self.key, error.kind.value, error.detail)
         self._send(WatchFailed(self.key, error, self._clock.wall()))
 
     def _unsupported(self) -> None:
@@ -263,7 +264,7 @@ class KeyWatch:
         self._update(mode=WatchMode.UNSUPPORTED, value=None)  # the last value is no longer announced
         self._etag = None
         log.warning(
-            "%s: not supported on this machine (404); asking again every %g s",
+            "metadata %s: not supported on this machine (HTTP 404); asking again every %g s",
             self.key,
             self._timing.unsupported_recheck_sec,
         )

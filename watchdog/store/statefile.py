@@ -260,13 +260,14 @@ class StateStore:
             _fsync_dir(self.dir)
         except OSError as error:
             if self.write_error is None or self.write_error.errno != error.errno:
-                log.error("state: cannot write %s (%s): the state lives in memory only", self.path, error)
+                # At debug: the daemon says it once, loudly, with its MESSAGE_ID (daemon/reporting.py).
+                log.debug("state: cannot write %s (%s): the state lives in memory only", self.path, error)
             self.write_error = error
             if temp:
                 _unlink_quietly(temp)
             return
         if self.write_error is not None:
-            log.info("state: %s written again", self.path)
+            log.debug("state: %s written again", self.path)
         self.write_error = None
 
     def _load(self) -> SavedState:

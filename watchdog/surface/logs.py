@@ -9,12 +9,13 @@ TPU_WATCHDOG_PROCESS. Pass them with `fields(...)` as the `extra=` of a logging 
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import os
 import sys
 from collections.abc import Mapping
+
+from watchdog.core.clock import utc_time
 
 # Stable identifiers of the key messages (never change them: dashboards and alerts filter on them).
 MESSAGE_IDS = {
@@ -31,6 +32,7 @@ MESSAGE_IDS = {
     "late_arrival": "3c6f0a52d8e44f0f9b1e7d2a4c5b8e91",
     "holder_not_ready": "ca582390292247d68f8a5c2135829d73",
     "holder_left": "c7620e0b012d4749b460de9ead080388",
+    "drain_progress": "5765ed76ad2a4fc7b428fcb4f6d6fd54",
 }
 PREFIX = "TPU_WATCHDOG_"
 KIND = "tpu_watchdog_kind"  # lower case: the JSON lines' `kind`, never a journal field
@@ -53,16 +55,17 @@ class JsonLines(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "time": utc_time(record.created),
+            "time": utc_time(record.created, "microseconds"),
             "severity": "CRITICAL" if record.levelno >= logging.CRITICAL else record.levelname,
             "message": record.getMessage(),
         }
+        for key, value in record.__dict__.items():
+            if key.startswith(PREFIX):
+                line.setdefault(key[len(PREFIX) :].lower(), value)  # never over time, severity or message
         kind = record.__dict__.get(KIND)
         if kind:
             line["kind"] = kind
-        for key, value in record.__dict__.items():
-            if key.startswith(PREFIX):
-                line[key[len(PREFIX) :].lower()] = value
+            line["message_id"] = record.__dict__.get("MESSAGE_ID")
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str, ensure_ascii=False)
@@ -73,12 +76,6 @@ class UtcText(logging.Formatter):
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - stdlib name
         return utc_time(record.created, "milliseconds")
-
-
-def utc_time(epoch: float, timespec: str = "microseconds") -> str:
-    """RFC 3339 in UTC with a Z, e.g. 2026-12-01T13:45:01.123456Z."""
-    moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
-    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def under_systemd(environ: Mapping[str, str]) -> bool:

@@ -20,6 +20,7 @@ from watchdog.core.identity import LABELS as HOST_LABELS
 from watchdog.core.metadata_values import MaintenanceKind
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import FINISHED_OUTCOMES, WATCHED_KEYS, DaemonState, SigtermDisposition
+from watchdog.surface.webhooks import FailureReason
 
 # The label values, from the enums and keys they show (tests/surface/test_metrics.py holds them to it).
 STATES = tuple(state.value for state in DaemonState)
@@ -28,6 +29,7 @@ SIGNALS = ("SIGTERM", "SIGKILL")
 OUTCOMES = tuple(outcome.value for outcome in FINISHED_OUTCOMES)
 ENDPOINTS = tuple(key.source for key in WATCHED_KEYS)
 DISPOSITIONS = tuple(disposition.value for disposition in SigtermDisposition)
+WEBHOOK_FAILURES = tuple(reason.value for reason in FailureReason)
 # Buckets reach past the 300 s maintenance grace, so a drain that needed SIGKILL shows in its own bucket.
 DRAIN_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 240, 300, 310, 330, 360, 600)
 
@@ -148,6 +150,15 @@ class Metrics:
             "finished, or on a multi-host job another host's event ending it here.",
             registry=r,
         )
+        self.webhooks_sent = Counter(
+            "tpu_watchdog_webhooks_sent", "Notices delivered to a webhook (one per URL).", registry=r
+        )
+        self.webhook_failures = Counter(
+            "tpu_watchdog_webhook_failures",
+            "Notices that never reached a webhook, by why (retries_exhausted, rejected, queue_full, stopped)",
+            ["reason"],
+            registry=r,
+        )
         self._host_info_labels: tuple[str, ...] | None = None
         self._zero_initialise(error_kinds)
 
@@ -169,6 +180,8 @@ class Metrics:
         self.state_persisted.set(1)
         self.history_persisted.set(1)
         self.set_host_info({})
+        for reason in WEBHOOK_FAILURES:
+            self.webhook_failures.labels(reason)
 
     def set_state(self, state: str) -> None:
         for name in STATES:

@@ -1,0 +1,73 @@
+"""What the daemon says during and after a drain: a progress line at a steady interval, a timed-out drain
+as an ERROR naming each process that had to be killed, and event ids from an older state file still
+matching their drain (ids are opaque once made)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemon_harness import PREEMPTED, DaemonHarness
+from tests.support.workloads import Workloads
+from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.store.statefile import StateStore
+from watchdog.surface.logs import KIND
+
+
+def said(caplog: pytest.LogCaptureFixture, kind: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.__dict__.get(KIND) == kind]
+
+
+def test_a_long_drain_says_how_it_goes_and_a_timeout_is_an_error_naming_the_killed(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    stubborn = workloads.start("ignore")
+    with DaemonHarness(
+        state_dir, fake, workloads, preemption_grace=3.0, wiring={"progress_interval": 0.5}
+    ) as harness:
+        fake.set(PREEMPTED, "TRUE")
+        harness.wait_state("timed_out")
+    progress = said(caplog, "drain_progress")
+    assert len(progress) >= 2  # 3 s of drain, a line every 0.5 s (the loop ticks every second at worst)
+    pid = stubborn.popen.pid
+    shape = (
+        rf"1 of 1 still running \(pid {pid} \S+\); deadline (in \d+ s|passed just now) \(\S+Z\), then SIGKILL"
+    )
+    for record in progress:
+        assert re.search(shape, record.getMessage()), record.getMessage()
+    (finished,) = said(caplog, "drain_finished")
+    assert finished.levelno == logging.ERROR
+    assert re.search(rf"killed at the deadline, progress since its last checkpoint lost: pid {pid} \(\S+\)$",
+                     finished.getMessage())  # fmt: skip
+
+
+def test_a_drain_that_ends_in_time_is_a_warning_with_no_progress_line(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    workloads.start("handled")
+    with DaemonHarness(state_dir, fake, workloads, wiring={"progress_interval": 30.0}) as harness:
+        fake.set(PREEMPTED, "TRUE")
+        harness.wait_state("drained")
+    (finished,) = said(caplog, "drain_finished")
+    assert finished.levelno == logging.WARNING
+    assert "lost" not in finished.getMessage()
+    assert said(caplog, "drain_progress") == []
+
+
+def test_an_old_style_event_id_on_file_still_matches_its_drain(tmp_path: Path) -> None:
+    old = "preempted:TRUE@1796126718.006"  # how ids were made before they read as UTC times
+    StateStore(str(tmp_path)).save_lifecycle(
+        [Event(old, "preempted", "TRUE", 1796126718.006, deadline=1796126743.006)],
+        ActiveDrain([old], 1796126718.1, 1796126743.006), None, on_timeout="kill",
+    )  # fmt: skip
+    saved = StateStore(str(tmp_path)).state
+    life = Lifecycle.restored(saved.events, saved.drain, saved.last_outcome)
+    assert life.drain is not None
+    assert life.drain.event_ids == [old]
+    assert life.events["preempted"].event_id == old

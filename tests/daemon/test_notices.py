@@ -1,0 +1,75 @@
+"""The notices' bodies, as a real receiver gets them: the host as the metadata server named it, the event
+by its key, a one-line text a chat shows as it is, and a rehearsal marked as one."""
+
+from __future__ import annotations
+
+import signal
+
+from tests.support.waiting import wait_for
+from tests.support.webhook_receiver import WebhookReceiver
+from watchdog.core.clock import SystemClock
+from watchdog.core.drain_record import DrainRecord, End, ExitStatus, ProcessRecord, SentSignal, SignalResult
+from watchdog.core.identity import HostIdentity
+from watchdog.core.lifecycle import Event
+from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import Outcome
+from watchdog.daemon.notices import Notices
+from watchdog.surface.webhooks import WebhookSender
+
+HOST = HostIdentity(instance_id="42", instance_name="t1v-n-0", zone="us-central2-b", accelerator_type="v4-8",
+                    worker_id="3", tpu_node="train-a").labels()  # fmt: skip
+EVENT = Event("maintenance-event:TERMINATE_ON_HOST_MAINTENANCE@2026-12-01T16:31:03.006Z", "maintenance-event",
+              "TERMINATE_ON_HOST_MAINTENANCE", 1796142663.006, deadline=1796142963.006)  # fmt: skip
+
+
+def test_a_rehearsal_says_so_and_names_the_host_and_the_key() -> None:
+    with WebhookReceiver(statuses=[]) as receiver:
+        sender = WebhookSender([receiver.url], backoff=0.01)
+        Notices(sender, lambda: HOST, SystemClock(), dry_run=True).event_started(EVENT)
+        wait_for(lambda: receiver.delivered(), what="the notice")
+        sender.close(1.0)
+    (body,) = receiver.delivered()
+    assert body["host"] == {"instance_id": "42", "name": "t1v-n-0", "zone": "us-central2-b",
+                            "accelerator_type": "v4-8", "worker": "3", "tpu_node": "train-a", "slice_id": "",
+                            "num_slices": ""}  # fmt: skip
+    assert body["event"] == {"key": "instance/maintenance-event", "value": "TERMINATE_ON_HOST_MAINTENANCE",
+                             "id": EVENT.event_id}  # fmt: skip
+    assert body["dry_run"] is True
+    assert body["deadline"] == "2026-12-01T16:36:03.006Z"
+    assert body["text"] == (
+        "tpu-watchdog on t1v-n-0 (v4-8, us-central2-b, worker 3): [dry run] event started: "
+        "maintenance-event = TERMINATE_ON_HOST_MAINTENANCE; deadline 16:36:03Z"
+    )
+
+
+def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
+    record = DrainRecord(
+        100.0, 1796142663.0, 400.0, "kill", dry_run=False, outcome=Outcome.TIMED_OUT, ended=400.1
+    )
+    sent = SignalResult.SENT
+    for pid, name, signals, end, status in [
+        (7, "train", [signal.SIGTERM], End.EXITED, ExitStatus(code=0)),
+        (8, "stuck", [signal.SIGTERM, signal.SIGKILL], End.EXITED, ExitStatus()),
+        (9, "loader", [signal.SIGTERM], End.RELEASED, None),
+    ]:
+        identity = ProcessIdentity(pid, 1000 + pid)
+        record.processes[identity] = ProcessRecord(
+            identity, name, ("/dev/accel0",), 100.0, [SentSignal(s, 100.0, sent) for s in signals],
+            end, 200.0, status,
+        )  # fmt: skip
+    with WebhookReceiver(statuses=[]) as receiver:
+        sender = WebhookSender([receiver.url], backoff=0.01)
+        Notices(sender, dict, SystemClock(), dry_run=False).drain_finished(
+            EVENT, record, "20261201T163103.006Z"
+        )
+        wait_for(lambda: receiver.delivered(), what="the notice")
+        sender.close(1.0)
+    (body,) = receiver.delivered()
+    assert (body["outcome"], body["drain_id"], body["started"]) == ("timed_out", "20261201T163103.006Z",
+                                                                    "2026-12-01T16:31:03.000Z")  # fmt: skip
+    assert [(p["pid"], p["signals"], p["end"], p["exit_status"]) for p in body["processes"]] == [
+        (7, ["SIGTERM"], "exited", "exited 0"),
+        (8, ["SIGTERM", "SIGKILL"], "killed", None),
+        (9, ["SIGTERM"], "released", None),
+    ]
+    assert body["text"].endswith("; killed: pid 8 (stuck)")

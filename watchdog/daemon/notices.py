@@ -1,0 +1,134 @@
+"""What the daemon tells the site's webhooks: a notice at each moment of an event (event_started at
+detection, before its drain; drain_started; drain_finished with the outcome and each process; event_cleared).
+
+Every body has `type`, `time` (RFC 3339 UTC), `host`, `event` {key, value, id} and `text`, one line for
+people, so a Slack or Google Chat incoming webhook shows it as it is; a generic receiver reads the rest.
+Built on the loop thread and handed to the sender's queue: nothing here waits on the network.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+from collections.abc import Callable, Mapping
+
+from watchdog.core.clock import Clock, time_left, utc_time
+from watchdog.core.drain_record import DrainRecord, End, ProcessRecord, SignalResult
+from watchdog.core.lifecycle import Event
+from watchdog.core.vocabulary import WatchedKey
+from watchdog.surface.webhooks import WebhookSender
+
+# The body's `host` fields and the identity labels they come from (core/identity.py `HostIdentity`):
+# the instance, and its slice (the TPU node) and Multislice job where it has them.
+HOST_FIELDS = {
+    "instance_id": "instance_id",
+    "name": "instance_name",
+    "zone": "zone",
+    "accelerator_type": "accelerator_type",
+    "worker": "worker_id",
+    "tpu_node": "tpu_node",
+    "slice_id": "slice_id",
+    "num_slices": "num_slices",
+}
+
+
+class Notices:
+    """Builds each notice and submits it; with no webhook configured, builds nothing."""
+
+    def __init__(
+        self,
+        sender: WebhookSender | None,
+        host: Callable[[], Mapping[str, str]],
+        clock: Clock,
+        dry_run: bool,
+    ) -> None:
+        self.sender, self.host, self.clock, self.dry_run = sender, host, clock, dry_run
+
+    def event_started(self, event: Event) -> None:
+        deadline = f"; deadline {_hms(event.deadline)}" if event.deadline is not None else ""
+        self._send("event_started", event, f"event started: {event.source} = {event.value}{deadline}",
+                   deadline=_time(event.deadline))  # fmt: skip
+
+    def drain_started(
+        self, event: Event | None, deadline: float, drain_id: str, resumed: bool, late: bool = False
+    ) -> None:
+        if resumed:
+            what = "resuming the drain"
+        elif late:
+            what = "a process opened a TPU device while the event is still on: draining it: SIGTERM now"
+        else:
+            what = "draining the TPU holders: SIGTERM now"
+        text = f"{what}; deadline {_hms(deadline)} ({time_left(deadline, self.clock.wall())})"
+        self._send("drain_started", event, text, deadline=_time(deadline), drain_id=drain_id, late=late)
+
+    def drain_finished(self, event: Event | None, record: DrainRecord, drain_id: str) -> None:
+        killed = who_was_killed(record)
+        text = record.one_line() + (f"; killed: {killed}" if killed else "")
+        self._send(
+            "drain_finished", event, text, drain_id=drain_id, late=record.late,
+            outcome=record.outcome.value if record.outcome else None,
+            started=_time(record.started_wall),
+            ended=_time(record.wall(record.ended) if record.ended is not None else None),
+            processes=[process_summary(p) for p in record.processes.values()],
+        )  # fmt: skip
+
+    def event_cleared(self, event: Event) -> None:
+        self._send("event_cleared", event, f"event cleared: {event.source} is back to normal")
+
+    def _send(self, kind: str, event: Event | None, text: str, **more: object) -> None:
+        if self.sender is None:
+            return
+        host = self.host()
+        body: dict[str, object] = {
+            "type": kind,
+            "time": utc_time(self.clock.wall()),
+            "host": {name: host.get(fact, "") for name, fact in HOST_FIELDS.items()},
+            "event": None
+            if event is None
+            else {"key": WatchedKey(event.source).path, "value": event.value, "id": event.event_id},
+            "text": f"tpu-watchdog on {_host_words(host)}: {'[dry run] ' if self.dry_run else ''}{text}",
+            "dry_run": self.dry_run,
+            **more,
+        }
+        self.sender.submit(body)
+
+
+def who_was_killed(record: DrainRecord) -> str:
+    """`pid 4243 (python3), pid 4244 (train)`: the processes SIGKILLed (or, with on_timeout = leave, left
+    holding a device at the deadline); "" when none."""
+    procs = [p for p in record.processes.values() if p.killed or (p.pending and record.ended is not None)]
+    return ", ".join(f"pid {p.identity.pid} ({p.name or 'name unknown'})" for p in procs)
+
+
+def process_summary(p: ProcessRecord) -> dict[str, object]:
+    """One process of a drain for a receiver: who, which signals went out, how it ended."""
+    if p.end is None:
+        end = "still_running"
+    else:
+        end = "killed" if p.killed and p.end is End.EXITED else p.end.value
+    return {
+        "pid": p.identity.pid,
+        "name": p.name,
+        "signals": [signal.Signals(s.signum).name for s in p.signals if s.result is SignalResult.SENT],
+        "end": end,
+        "exit_status": str(p.exit_status) if p.exit_status is not None and p.exit_status.known else None,
+    }
+
+
+def _host_words(host: Mapping[str, str]) -> str:
+    """`t1v-n-fake-w-0 (v4-8, us-central2-b, worker 0)`, with what is known."""
+    name = host.get("instance_name") or host.get("instance_id") or socket.gethostname()
+    facts = [host.get("accelerator_type", ""), host.get("zone", "")]
+    if host.get("worker_id"):
+        facts.append(f"worker {host['worker_id']}")
+    shown = ", ".join(f for f in facts if f)
+    return f"{name} ({shown})" if shown else name
+
+
+def _time(epoch: float | None) -> str | None:
+    return None if epoch is None else utc_time(epoch)
+
+
+def _hms(epoch: float) -> str:
+    """A time of day people read in a chat line: 16:31:03Z."""
+    return utc_time(epoch, "seconds")[11:]
