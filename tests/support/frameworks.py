@@ -122,7 +122,8 @@ def skip_reason(framework: Framework) -> str | None:
         return f"{framework.name} needs Python {framework.wanted()}, none found ({framework.where()})"
     return (
         f"the {framework.name} venv {framework.venv} is not set up: `make {framework.name}-setup` builds it "
-        "(`make test-frameworks` does, and runs these tests; `make test` leaves them out: 20-40 min of installs)"
+        "(`make test-frameworks` does, and runs these tests; `make test` leaves them out: 20-40 min of "
+        "installs)"
     )
 
 
