@@ -206,14 +206,14 @@ class Daemon:
             log.debug("metadata %s: unsupported (the watch said so)", message.key)
             # A key this machine lacks asks for nothing: an event of it (restored from the state file)
             # would otherwise never clear.
-            self._apply(self.lifecycle.observe(source, None, self._wall()))
+            self._apply(self.lifecycle.observe(source, None, self.clock.wall()))
 
     def _value_changed(self, message: ValueChanged) -> None:
         self.reporter.metadata_value(message.key, message.value)
         verdict = trigger(message.value, self.policy, self.clock.wall())
         restored = self.lifecycle.events.get(source_of(message.key))
         unconfirmed = restored is not None and not restored.confirmed
-        self._apply(self.lifecycle.observe(source_of(message.key), verdict, self._wall()))
+        self._apply(self.lifecycle.observe(source_of(message.key), verdict, self.clock.wall()))
         if unconfirmed and restored is not None and restored.confirmed:
             self._next_scan = 0.0  # newcomers held back until this answer are owed their SIGTERM now
 
@@ -232,7 +232,7 @@ class Daemon:
             due = upcoming_drain_due(upcoming, self.policy)
             if due is not None and self.clock.wall() >= due:
                 verdict = trigger(upcoming, self.policy, self.clock.wall())
-                self._apply(self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, self._wall()))
+                self._apply(self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, self.clock.wall()))
         drain = self.lifecycle.drain
         if self.runner.running and drain is not None and now >= self._next_progress:
             self._next_progress = now + self.progress_interval
@@ -249,11 +249,11 @@ class Daemon:
         self._next_scan = now + RESCAN_INTERVAL
         self._refresh_admission()
         if self.runner.admit and late_arrivals(self.scanner, self.store, self.view, self.metrics):
-            self._apply(self.lifecycle.late_arrivals(self._wall()))
+            self._apply(self.lifecycle.late_arrivals(self.clock.wall()))
 
     def _refresh_admission(self) -> None:
         """What the drain thread reads: may it signal processes nobody signalled before."""
-        self.runner.admit = self.newcomers.admitted(self._wall())
+        self.runner.admit = self.newcomers.admitted(self.clock.wall())
 
     # -- actions of the lifecycle --------------------------------------------------------------------
 
@@ -301,7 +301,7 @@ class Daemon:
         the previous run had not drained yet gets its drain."""
         active = self.lifecycle.drain
         if active is None:
-            waiting = self.lifecycle.start_waiting(self._wall())
+            waiting = self.lifecycle.start_waiting(self.clock.wall())
             if waiting:
                 self._apply(waiting)
                 return
@@ -310,7 +310,7 @@ class Daemon:
                 "resuming the drain started at %s: deadline unchanged, %s (%s)",
                 utc_time(active.started),
                 utc_time(active.deadline),
-                time_left(active.deadline, self._wall()),
+                time_left(active.deadline, self.clock.wall()),
                 extra=fields("state_recovered", state=DaemonState.DRAINING.value),
             )
             self._start_drain("resumed", active.deadline, resume=True)
@@ -355,20 +355,15 @@ class Daemon:
             return  # the daemon is stopping: the state file keeps the drain for the next start
         drain_id, event = self._drain_id(), self.lifecycle.drain_event()
         self.recorder.finished(record, outcome, self.lifecycle)
-        waiting = self.lifecycle.drain_finished(outcome.value, self._wall(), rehearsed=record.dry_run)
+        waiting = self.lifecycle.drain_finished(outcome.value, self.clock.wall(), rehearsed=record.dry_run)
         self.announce.drain_finished(record, event, drain_id, self.lifecycle.state.value, self._deadline())
         if waiting:
             self._apply(waiting)  # an event that started while this drain was being cancelled
         else:
             self._changed()
 
-    # -- helpers -------------------------------------------------------------------------------------
-
     def _deadline(self) -> float | None:
         return self.lifecycle.drain.deadline if self.lifecycle.drain else None
-
-    def _wall(self) -> float:
-        return self.clock.wall()
 
     def _drain_id(self) -> str:
         return self.lifecycle.drain.drain_id if self.lifecycle.drain is not None else ""
