@@ -3,59 +3,21 @@ actions out."""
 
 from __future__ import annotations
 
-import signal
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, C, core, sent_all, started
 from watchdog.core.drain import (
     DrainCore,
     End,
     ExitStatus,
-    OnTimeout,
     Outcome,
     Phase,
     SendSignal,
     SignalResult,
 )
-from watchdog.core.process import Holder, ProcessIdentity
-
-TERM, KILL = signal.SIGTERM, signal.SIGKILL
-T0 = 1000.0
-GRACE = 300.0
-
-
-def holder(pid: int, start: int = 1) -> Holder:
-    return Holder(ProcessIdentity(pid, start), f"p{pid}", ("python", "train.py"), 0, ("/dev/accel0",))
-
-
-A, B, C = holder(10), holder(20), holder(30)
-
-
-def core(*holders: Holder, on_timeout: OnTimeout = "kill", **kw: Any) -> DrainCore:
-    return DrainCore(
-        holders,
-        now=T0,
-        now_wall=1.7e9,
-        deadline=T0 + GRACE,
-        on_timeout=on_timeout,
-        rescan_interval=1.0,
-        kill_wait=10.0,
-        **kw,
-    )
-
-
-def sent_all(c: DrainCore, actions: list[SendSignal], now: float) -> None:
-    for a in actions:
-        c.observe_signal(a.identity, a.signum, SignalResult.SENT, now)
-
-
-def started(*holders: Holder, **kw: Any) -> DrainCore:
-    c = core(*holders, **kw)
-    sent_all(c, c.start(), T0)
-    return c
+from watchdog.core.process import ProcessIdentity
 
 
 def test_no_holders_is_done_at_once() -> None:
@@ -359,47 +321,3 @@ def test_a_finished_drain_keeps_its_deadline() -> None:
     c.observe_exit(A.identity, ExitStatus(code=0), T0 + 2)
     assert c.done
     assert not c.move_deadline(T0 + 1, T0 + 3)
-
-
-# -- newcomers held back after a restart, late arrivals ----------------------------------------------------
-
-
-def test_a_newcomer_after_the_first_wave_is_a_late_arrival_with_the_same_deadline() -> None:
-    c = started(A)
-    c.observe_exit(A.identity, ExitStatus(code=0), T0 + 1)
-    assert c.record.outcome is Outcome.EXITED  # the drain itself ends; the daemon's late drain takes over
-    late = core(B, late=True)
-    actions = late.start()
-    assert actions == [SendSignal(B.identity, TERM)]
-    assert late.record.late
-    assert late.record.processes[B.identity].late_arrival
-
-
-def test_held_back_newcomers_are_not_signalled_and_keep_the_drain_open() -> None:
-    c = core(A, B, already_signalled={A.identity: {TERM}})
-    assert c.start(admit_new=False) == []  # A was signalled before the restart; B is new: held back
-    assert B.identity not in c.record.processes
-    c.observe_exit(A.identity, ExitStatus(code=0), T0 + 1)
-    assert not c.done, "a held-back newcomer keeps the drain open until it is confirmed or the deadline"
-    assert any("awaited confirmation" in n for n in c.record.notes)
-    # Confirmed: the next scan signals it, once.
-    actions = c.observe_scan([B], running=(), now=T0 + 2, admit_new=True)
-    assert actions == [SendSignal(B.identity, TERM)]
-    assert c.record.processes[B.identity].late_arrival
-
-
-def test_held_back_newcomers_are_never_signalled_past_the_deadline() -> None:
-    c = core(A, B, already_signalled={A.identity: {TERM}})
-    c.start(admit_new=False)
-    actions = c.observe_scan([A, B], running=(), now=T0 + GRACE, admit_new=False)
-    assert actions == [SendSignal(A.identity, KILL)]  # the kill of the one signalled before; B untouched
-    assert B.identity not in c.record.processes
-
-
-def test_a_restart_with_only_newcomers_signals_nobody_until_confirmed() -> None:
-    c = core(B, already_signalled={A.identity: {TERM}})
-    assert c.start(admit_new=False) == []
-    assert not c.done
-    c.cancel(T0 + 1)  # the event turned out to be over
-    assert c.record.outcome is Outcome.CANCELLED
-    assert c.record.processes == {}

@@ -1,17 +1,15 @@
-"""Bad input to every parser the daemon feeds from outside: the state file, the configuration (file,
-environment, flags, command line) and /proc. Each either gives a value or raises its one documented error;
-nothing else escapes. Property-based (hypothesis), with real files, real processes and the real CLI."""
+"""Bad input to the parsers of the state file and the configuration (file, environment, flags): each gives a
+value or raises its one documented error; nothing else escapes. Property-based (hypothesis), with real files.
+/proc: test_bad_procfs.py; the command line: test_bad_usage.py."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import gc
 import glob
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,24 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.proctree import ProcTree, stat_line
-from tests.support.workloads import make_device
-from watchdog.cli import COMMANDS
 from watchdog.config.schema import BY_ENV, BY_KEY, SECTIONS
 from watchdog.config.settings import ConfigError, add_config_arguments, load_config
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.host.holders import HolderScanner
-from watchdog.host.procfs import (
-    ProcessGoneError,
-    ProcessUnreadableError,
-    Procfs,
-    ProcStat,
-    parse_cmdline,
-    parse_real_uid,
-    parse_stat,
-    pick_cgroup,
-)
 from watchdog.store.records import SavedState, SignalRecord, StateFormatError
 from watchdog.store.statefile import STATE_FILE, StateStore
 
@@ -332,234 +316,3 @@ def test_any_environment_value_is_a_config_error_naming_variable_and_key(name: s
 def test_any_exclude_flag_is_a_config_error_naming_the_flag(values: list[str]) -> None:
     message = _load("", None, *(f"--exclude={value}" for value in values))
     assert message is None or "--exclude" in message
-
-
-# --- /proc ------------------------------------------------------------------------------------------
-comm_names = st.text(max_size=40) | st.sampled_from(
-    ["", " ", ")", "((", ") (", "a) (b", "x\ny", "a) S 1 2 (b"]
-)
-
-
-@SOME
-@given(comm_names, st.integers(1, 2**22), st.integers(0, 2**22), st.integers(0, 2**32), st.integers(0, 2**63))
-def test_stat_name_is_returned_intact(name: str, pid: int, ppid: int, flags: int, start: int) -> None:
-    """Spaces, parentheses, ") (", newlines and empty names: the name runs to the LAST ')'."""
-    parsed = parse_stat(stat_line(pid, name, "S", ppid, flags, start))
-    assert parsed == ProcStat(pid, name, "S", ppid, flags, start, exit_code=0)  # stat_line's field 52 is 0
-
-
-@SOME
-@given(st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("utf-8", "replace")))
-def test_stat_junk_is_a_value_error(text: str) -> None:
-    with contextlib.suppress(ValueError):
-        parse_stat(text)
-
-
-@SOME
-@given(comm_names, st.integers(0, 600))
-def test_truncated_stat_is_a_value_error_or_the_fields_before_the_cut(name: str, cut: int) -> None:
-    line = stat_line(4242, name, "R", 77, 64, 123456)
-    try:
-        parsed = parse_stat(line[:cut])
-    except ValueError:
-        return
-    assert (parsed.pid, parsed.name, parsed.state, parsed.ppid, parsed.flags) == (4242, name, "R", 77, 64)
-    assert "123456".startswith(str(parsed.start_time))
-
-
-@SOME
-@given(
-    st.text(max_size=200)
-    | st.lists(st.tuples(st.text(max_size=6), clean_text, clean_text), max_size=4).map(
-        lambda rows: "\n".join(":".join(row) for row in rows)
-    )
-)
-def test_cgroup_of_odd_lines_is_one_of_its_paths(text: str) -> None:
-    chosen = pick_cgroup(text)
-    rows = [line.split(":", 2) for line in text.splitlines()]
-    paths = [row[2] for row in rows if len(row) == 3 and row[2]]
-    if paths:
-        assert chosen in [*paths, "/"]
-    else:
-        assert chosen == ""
-
-
-@SOME
-@given(st.text(max_size=100), st.binary(max_size=100))
-def test_status_and_cmdline_junk(status: str, cmdline: bytes) -> None:
-    with contextlib.suppress(ValueError):
-        assert parse_real_uid(status) >= 0
-    assert all(isinstance(arg, str) for arg in parse_cmdline(cmdline))
-
-
-proc_bytes = st.binary(max_size=200) | comm_names.map(lambda n: stat_line(9, n).encode())
-
-
-@FEW
-@given(proc_bytes, proc_bytes, proc_bytes, proc_bytes)
-def test_procfs_on_any_file_contents_gives_values_or_the_two_outcomes(
-    stat: bytes, status: bytes, cgroup: bytes, cmdline: bytes
-) -> None:
-    """A fixture process whose files hold anything: each read gives a value, "gone" or "unreadable"."""
-    with tempfile.TemporaryDirectory() as top:
-        pid_dir = ProcTree(Path(top) / "proc").add(9)
-        for name, raw in (("stat", stat), ("status", status), ("cgroup", cgroup), ("cmdline", cmdline)):
-            (pid_dir / name).write_bytes(raw)
-        procfs = Procfs(str(Path(top) / "proc"))
-        for read in (procfs.stat, procfs.real_uid, procfs.cgroup, procfs.cmdline, procfs.fd_links):
-            with contextlib.suppress(ProcessGoneError, ProcessUnreadableError):
-                read(9)
-
-
-fd_targets = st.one_of(
-    st.binary(min_size=1, max_size=120).filter(lambda b: b"\0" not in b),
-    st.sampled_from(
-        ["socket:[123]", "pipe:[77]", "anon_inode:[eventfd]", "anon_inode:inotify", "/dev/accel0 (deleted)"]
-    ),
-    clean_text.filter(lambda t: t and "\0" not in t).map(lambda t: "/tmp/" + t),
-    clean_text.filter(lambda t: t and "\0" not in t).map(lambda t: f"/dev/{t}\n (deleted)"),
-)
-
-
-@FEW
-@given(st.lists(fd_targets, min_size=1, max_size=6))
-def test_fd_link_targets_are_returned_intact_and_never_break_a_scan(targets: list[str | bytes]) -> None:
-    """Spaces, newlines, " (deleted)", anon inodes, sockets, bytes that are not UTF-8 (as os.fsdecode
-    gives them): the link is returned as the kernel wrote it, and the scan still finds the real holder."""
-    with tempfile.TemporaryDirectory() as top:
-        device = make_device(Path(top))
-        tree = ProcTree(Path(top) / "proc")
-        tree.add(50, fds={3: str(device)})
-        pid_dir = tree.add(51)
-        for fd, target in enumerate(targets):
-            os.symlink(os.fsdecode(target), pid_dir / "fd" / str(fd))
-        procfs = Procfs(str(Path(top) / "proc"))
-        assert sorted(procfs.fd_links(51)) == sorted(
-            (str(fd), os.fsdecode(t)) for fd, t in enumerate(targets)
-        )
-        result = HolderScanner(patterns=[str(device)], proc_root=str(Path(top) / "proc")).scan()
-        assert [h.pid for h in result.holders] == [50]
-
-
-def test_a_deleted_node_seen_through_another_path_is_held_by_device_number(tmp_path: Path) -> None:
-    """ " (deleted)" is part of the link's path; the stat through the fd finds the device by its numbers."""
-    device = make_device(tmp_path)
-    elsewhere = tmp_path / "old"
-    elsewhere.mkdir()
-    ghost = make_device(elsewhere, "accel0 (deleted)")  # what the fd's link names: the same device numbers
-    tree = ProcTree(tmp_path / "proc")
-    tree.add(60, fds={3: str(ghost)})
-    result = HolderScanner(patterns=[str(device)], proc_root=str(tmp_path / "proc")).scan()
-    assert [(h.pid, h.devices) for h in result.holders] == [(60, (str(ghost),))]
-
-
-def _holding(*paths: Path) -> subprocess.Popen[str]:
-    """A real child process holding `paths` open until its stdin closes."""
-    code = (
-        "import os, sys\nfds = [os.open(p, os.O_RDONLY) for p in sys.argv[1:]]\n"
-        "print('ready', flush=True)\nsys.stdin.read()"
-    )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code, *map(os.fsdecode, paths)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert child.stdout is not None
-    assert child.stdout.readline() == "ready\n"
-    return child
-
-
-def test_real_process_fd_links_with_odd_names_are_intact(tmp_path: Path) -> None:
-    odd = [
-        tmp_path / "with space\nand newline",
-        tmp_path / os.fsdecode(b"not utf8 \xff\xfe"),
-        tmp_path / "x (deleted)",
-    ]
-    for path in odd:
-        path.write_text("x")
-    gone = tmp_path / "removed later"
-    gone.write_text("x")
-    child = _holding(*odd, gone)
-    try:
-        gone.unlink()
-        targets = {target for _, target in Procfs().fd_links(child.pid)}
-        assert {str(path) for path in odd} <= targets
-        assert f"{gone} (deleted)" in targets
-    finally:
-        child.kill()
-        child.communicate()
-
-
-def test_real_process_holding_a_replaced_device_node_is_found(tmp_path: Path) -> None:
-    """The node is deleted and made again (a driver reload): the holder's link says "(deleted)"."""
-    device = make_device(tmp_path)
-    child = _holding(device)
-    try:
-        device.unlink()
-        make_device(tmp_path)
-        result = HolderScanner(patterns=[str(device)]).scan()
-        held = {h.pid: h.devices for h in result.holders}
-        assert held.get(child.pid) == (f"{device} (deleted)",)
-    finally:
-        child.kill()
-        child.communicate()
-
-
-# --- the command line -------------------------------------------------------------------------------
-BAD_USAGE = {
-    "run": [["--metadata-timeout-sec", "abc"], ["--config"]],
-    "status": [["--json=yes"], ["--config"]],
-    "history": [["--limit", "x"], ["--limit"]],
-    "holders": [["--proc-root"], ["--json=1"]],
-    "drill": [["--dry-run=no"], ["--grace"]],
-    "readiness": [["--json=yes"], ["--device"]],
-    "config": [["--json=x"], ["--device"]],
-    "watch": [["--timeout-sec", "soon"], ["--metadata-host"]],
-    "fake-metadata": [["--at", "5s"], ["--listen"]],
-    "demo": [["--keep=yes"]],
-}
-CASES = [
-    (command, argv) for command, bad in BAD_USAGE.items() for argv in [["--no-such-flag"], ["stray"], *bad]
-]
-
-
-def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TPU_WATCHDOG_")}
-    return subprocess.run(
-        [CLI, *argv], capture_output=True, text=True, timeout=60, check=False, env={**clean, **(env or {})}
-    )
-
-
-def test_every_command_is_covered() -> None:
-    listed = _cli("--help").stdout
-    assert set(BAD_USAGE) == set(COMMANDS)
-    assert all(command in listed for command in COMMANDS)
-
-
-@pytest.mark.parametrize(("command", "argv"), CASES, ids=[f"{c}:{' '.join(a)}" for c, a in CASES])
-def test_bad_usage_exits_2_with_usage_and_no_traceback(command: str, argv: list[str]) -> None:
-    done = _cli(command, *argv)
-    assert done.returncode == 2, done.stderr
-    assert f"usage: tpu-watchdog {command}" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-@pytest.mark.parametrize(
-    ("command", "contents", "argv", "expected"),
-    [
-        ("config", "[drain]\nmaintenance_grace = -1\n", [], ["drain.maintenance_grace", "negative"]),
-        ("run", "[drain]\ngrace = 5\n", [], ["'drain.grace'", "did you mean", "maintenance_grace"]),
-        ("run", 'listen = "127.0.0.1:\u00b2"\n', [], ["listen", "port"]),
-        ("config", "", ["--exclude", "pid:\u00b2"], ["--exclude", "whole number"]),
-        ("run", 'state_dir = "/var/lib/\\u0000"\n', [], ["state_dir", "NUL"]),
-    ],
-)
-def test_bad_configuration_exits_78_naming_the_key(
-    tmp_path: Path, command: str, contents: str, argv: list[str], expected: list[str]
-) -> None:
-    path = tmp_path / "config.toml"
-    path.write_text(contents)
-    done = _cli(command, "--config", str(path), *argv)
-    assert done.returncode == 78, done.stderr
-    assert "Traceback" not in done.stderr
-    for text in expected:
-        assert text in done.stderr

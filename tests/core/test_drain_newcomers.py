@@ -1,0 +1,49 @@
+"""The drain state machine with newcomers: late arrivals after the first wave keep the drain's deadline, and
+after a restart newcomers are held back (never signalled, the drain kept open) until the event is
+confirmed."""
+
+from __future__ import annotations
+
+from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, core, started
+from watchdog.core.drain import ExitStatus, Outcome, SendSignal
+
+
+def test_a_newcomer_after_the_first_wave_is_a_late_arrival_with_the_same_deadline() -> None:
+    c = started(A)
+    c.observe_exit(A.identity, ExitStatus(code=0), T0 + 1)
+    assert c.record.outcome is Outcome.EXITED  # the drain itself ends; the daemon's late drain takes over
+    late = core(B, late=True)
+    actions = late.start()
+    assert actions == [SendSignal(B.identity, TERM)]
+    assert late.record.late
+    assert late.record.processes[B.identity].late_arrival
+
+
+def test_held_back_newcomers_are_not_signalled_and_keep_the_drain_open() -> None:
+    c = core(A, B, already_signalled={A.identity: {TERM}})
+    assert c.start(admit_new=False) == []  # A was signalled before the restart; B is new: held back
+    assert B.identity not in c.record.processes
+    c.observe_exit(A.identity, ExitStatus(code=0), T0 + 1)
+    assert not c.done, "a held-back newcomer keeps the drain open until it is confirmed or the deadline"
+    assert any("awaited confirmation" in n for n in c.record.notes)
+    # Confirmed: the next scan signals it, once.
+    actions = c.observe_scan([B], running=(), now=T0 + 2, admit_new=True)
+    assert actions == [SendSignal(B.identity, TERM)]
+    assert c.record.processes[B.identity].late_arrival
+
+
+def test_held_back_newcomers_are_never_signalled_past_the_deadline() -> None:
+    c = core(A, B, already_signalled={A.identity: {TERM}})
+    c.start(admit_new=False)
+    actions = c.observe_scan([A, B], running=(), now=T0 + GRACE, admit_new=False)
+    assert actions == [SendSignal(A.identity, KILL)]  # the kill of the one signalled before; B untouched
+    assert B.identity not in c.record.processes
+
+
+def test_a_restart_with_only_newcomers_signals_nobody_until_confirmed() -> None:
+    c = core(B, already_signalled={A.identity: {TERM}})
+    assert c.start(admit_new=False) == []
+    assert not c.done
+    c.cancel(T0 + 1)  # the event turned out to be over
+    assert c.record.outcome is Outcome.CANCELLED
+    assert c.record.processes == {}
