@@ -352,8 +352,6 @@ class _Checker:
         told = [t for t, action in self.facts.actions if action in said]
         return min(told) if told else instance.ended
 
-    # -- the rest --------------------------------------------------------------------------------------
-
     def episodes(self) -> None:
         for episode in self.facts.episodes:
             self.verdict.counts["clears_while_down"] += episode.cleared_while_down
