@@ -56,7 +56,9 @@ OLD_IMAGES = 3
 WAVE_NODE = "train-b"
 WAVE_WORKERS = range(9, 16)  # 7 hosts of its second slice
 HANG_SEC = 10  # hanging-GET timeout: long enough that 150 idle watches cost little CPU here
-PROMETHEUS_WITHIN = 30.0  # the first sample comes 5-6 s after Prometheus starts; 50 targets, 2 shared cores
+# The first sample comes 5-6 s after Prometheus starts. 50 targets in one process, beside three other test
+# workers on 2 cores: its scrapes (1 s timeout) miss now and then (30 s ran out twice in a row).
+PROMETHEUS_WITHIN = 60.0
 WITHIN = 30.0  # for the daemons' own states: 50 of them share this process (one GIL) and 2 busy cores
 
 needs_prometheus = pytest.mark.skipif(
