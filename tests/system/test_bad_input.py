@@ -10,35 +10,21 @@ import gc
 import glob
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.bad_input import FEW, SOME, clean_text, json_values
 from watchdog.config.schema import BY_ENV, BY_KEY, SECTIONS
 from watchdog.config.settings import ConfigError, add_config_arguments, load_config
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.store.records import SavedState, SignalRecord, StateFormatError
 from watchdog.store.statefile import STATE_FILE, StateStore
-
-CLI = str(Path(sys.executable).parent / "tpu-watchdog")
-FEW = settings(max_examples=60, deadline=None)
-SOME = settings(max_examples=150, deadline=None)
-
-json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12), st.just(10**400)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=16,
-)
-
 
 # --- the state file ---------------------------------------------------------------------------------
 GOOD_STATE = SavedState(
@@ -206,7 +192,6 @@ GOOD_VALUES: dict[str, object] = {
     "upcoming_maintenance.drain_when_ongoing": False, "hooks.on_event_start": ["/bin/true", "x"],
     "hooks.on_drain_end": [], "hooks.on_event_clear": ["true"], "hooks.timeout": 5,
 }  # fmt: skip
-clean_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
 toml_scalars = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),

@@ -11,9 +11,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.bad_input import FEW, SOME, clean_text
 from tests.support.proctree import ProcTree, stat_line
 from tests.support.workloads import make_device
 from watchdog.host.holders import HolderScanner
@@ -27,23 +28,6 @@ from watchdog.host.procfs import (
     parse_stat,
     pick_cgroup,
 )
-
-CLI = str(Path(sys.executable).parent / "tpu-watchdog")
-FEW = settings(max_examples=60, deadline=None)
-SOME = settings(max_examples=150, deadline=None)
-
-json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12), st.just(10**400)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=16,
-)
-
-
-clean_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)  # no lone surrogates
-
 
 # --- /proc ------------------------------------------------------------------------------------------
 comm_names = st.text(max_size=40) | st.sampled_from(

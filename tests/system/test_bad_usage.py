@@ -5,28 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
-from hypothesis import strategies as st
 
+from tests.support.bad_input import CLI
 from watchdog.cli import COMMANDS
-
-CLI = str(Path(sys.executable).parent / "tpu-watchdog")
-FEW = settings(max_examples=60, deadline=None)
-SOME = settings(max_examples=150, deadline=None)
-
-json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12), st.just(10**400)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=16,
-)
-
 
 # --- the command line -------------------------------------------------------------------------------
 BAD_USAGE = {
