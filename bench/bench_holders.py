@@ -75,7 +75,9 @@ def _wait_ready(procs: list[subprocess.Popen[bytes]], timeout: float = 120.0) ->
     deadline = time.monotonic() + timeout
     for proc in procs:
         assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        poller = select.poll()  # not select(): it refuses descriptors above 1023
+        poller.register(proc.stdout, select.POLLIN)
+        ready = poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
         line = proc.stdout.readline() if ready else b""
         if line.strip() != b"ready":
             raise RuntimeError(f"a benchmark process (pid {proc.pid}) did not start: {line!r}")

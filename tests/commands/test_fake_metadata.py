@@ -3,7 +3,6 @@ and a clean exit on SIGTERM/SIGINT. Usage errors are checked in-process (no serv
 
 from __future__ import annotations
 
-import select
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from tests.support.readable import readable
 from watchdog.cli import main
 from watchdog.exitcodes import EXIT_USAGE
 from watchdog.fake.server import FakeMetadataServer
@@ -23,7 +23,7 @@ ANNOUNCE = "fake metadata server listening on "
 
 def first_line(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    ready = readable([proc.stdout], timeout)
     assert ready, "the command announced nothing on stdout"
     return proc.stdout.readline()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import select
 import signal
 import threading
 import time
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.drain_record import DrainRecord, End, SignalResult
@@ -223,7 +223,7 @@ def test_a_resumed_drain_never_sigterms_again_but_kills_on_time(workloads: Workl
     assert record.outcome is Outcome.TIMED_OUT
     assert live.calls == [("intent", child.identity, KILL), ("sent", child.identity, KILL)]
     assert child.popen.wait(timeout=20) == -KILL
-    ready, _, _ = select.select([child.out], [], [], 0)
+    ready = readable([child.out])
     assert ready
     assert os.read(child.out, 100) == b""
 
@@ -268,7 +268,7 @@ def test_a_wave_of_signals_has_its_intents_written_once_before_the_first_signal(
     results: list[list[tuple[ProcessIdentity, int, SignalResult]]] = []
 
     def anyone_signalled() -> bool:
-        ready, _, _ = select.select([c.out for c in children], [], [], 0)
+        ready = readable([c.out for c in children])
         return bool(ready)
 
     class Waves(DrainListener):

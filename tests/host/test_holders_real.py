@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import shutil
 import signal
 import stat
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from watchdog.core.process import ProcessIdentity
 from watchdog.host.holders import HolderScanner
@@ -73,9 +73,7 @@ class Child:
 
     def read(self) -> str:
         assert self.proc.stdout is not None
-        wait_for(
-            lambda: select.select([self.proc.stdout], [], [], 0)[0], timeout=30, what="the child to talk"
-        )
+        wait_for(lambda: readable([self.proc.stdout]), timeout=30, what="the child to talk")
         return self.proc.stdout.readline().strip()
 
     def tell(self, command: str) -> str:

@@ -19,7 +19,6 @@ import fcntl
 import json
 import os
 import re
-import select
 import socket
 import struct
 import subprocess
@@ -29,6 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from watchdog.fake.server import FakeMetadataServer
 
@@ -112,7 +112,7 @@ class Driver:
             fake.set(event["key"], event["value"])
             triggered = time.time()
         pidfd = os.pidfd_open(job.pid)
-        ready, _, _ = select.select([pidfd], [], [], limit + 600)  # a run without an event: to its end
+        ready = readable([pidfd], limit + 600)  # a run without an event: to its end
         os.close(pidfd)
         if not ready:
             job.kill()

@@ -28,11 +28,16 @@ def free_port() -> int:
 
 
 class PrometheusServer:
-    def __init__(self, workdir: Path, targets: list[str], rule_files: list[Path]) -> None:
+    def __init__(
+        self, workdir: Path, targets: list[str], rule_files: list[Path], scrape_seconds: int = 1
+    ) -> None:
+        """`scrape_seconds`: the scrape interval and its timeout (a missed scrape makes a target's series
+        stale at once, so a crowded target wants more than 1 s)."""
         workdir.mkdir()
         config = workdir / "prometheus.yml"
         config.write_text(
-            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+            f"global: {{scrape_interval: {scrape_seconds}s, scrape_timeout: {scrape_seconds}s,"
+            " evaluation_interval: 1s}\n"
             f"rule_files: {json.dumps([str(path) for path in rule_files])}\n"
             "scrape_configs:\n"
             "  - job_name: tpu-watchdog\n"

@@ -11,7 +11,6 @@ import dataclasses
 import fcntl
 import os
 import random
-import select
 import signal
 import stat
 import subprocess
@@ -21,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.support.readable import readable
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.host.holders import HolderScanner, ScanResult
 from watchdog.host.procfs import Procfs, start_time
@@ -192,7 +192,7 @@ class Child:
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
-            ready, _, _ = select.select([self.out], [], [], max(0.0, left))
+            ready = readable([self.out], left)
             chunk = os.read(self.out, 4096) if ready else b""
             if not chunk:
                 raise AssertionError(f"child {self.popen.pid} said nothing starting with {prefix!r}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import select
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge
 
+from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from watchdog.surface.httpapi import CONNECTION_TIMEOUT, MAX_CONNECTIONS, HttpSurface, parse_listen
 from watchdog.surface.httphead import MAX_HEADER_BYTES, MAX_HEADERS, MAX_REQUEST_LINE
@@ -176,8 +176,7 @@ def status_of(answer: bytes) -> int:
 def closed_by_server(sock: socket.socket) -> bool:
     """True once the server has closed `sock` (EOF or reset); never blocks."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable) and sock.recv(65536, socket.MSG_PEEK) == b""
+        return bool(readable([sock])) and sock.recv(65536, socket.MSG_PEEK) == b""
     except ConnectionError:
         return True
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import select
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon_harness import MAINTENANCE, PREEMPTED, UPCOMING, DaemonHarness
+from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, Workloads
 from watchdog.fake.server import FakeMetadataServer, Fault
@@ -45,8 +45,7 @@ def holder(workloads: Workloads) -> Child:
 
 
 def said_nothing(child: Child) -> bool:
-    readable, _, _ = select.select([child.out], [], [], 0)
-    return not readable
+    return not readable([child.out])
 
 
 def errors(harness: DaemonHarness, kind: str) -> float:

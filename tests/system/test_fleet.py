@@ -15,11 +15,10 @@ the 50 hosts' and the rest of the test run's).
 from __future__ import annotations
 
 import dataclasses
-import select
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import pytest
 
 from tests.support.daemon_harness import FAST, MAINTENANCE, harness_config
 from tests.support.prometheus_server import PrometheusServer
+from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, OwnScanner, Workloads
 from watchdog.core.identity import TPU_ENV
@@ -57,7 +57,10 @@ WAVE_NODE = "train-b"
 WAVE_WORKERS = range(9, 16)  # 7 hosts of its second slice
 HANG_SEC = 10  # hanging-GET timeout: long enough that 150 idle watches cost little CPU here
 # The first sample comes 5-6 s after Prometheus starts. 50 targets in one process, beside three other test
-# workers on 2 cores: its scrapes (1 s timeout) miss now and then (30 s ran out twice in a row).
+# workers on 2 cores: scrapes with a 1 s timeout missed now and then, and a missed scrape makes that host's
+# series stale at once (two hosts of the wave vanished between a wait and the query after it). So: 2 s
+# scrapes, and every assertion is made on the very answer its wait accepted.
+SCRAPE_SECONDS = 2
 PROMETHEUS_WITHIN = 60.0
 WITHIN = 30.0  # for the daemons' own states: 50 of them share this process (one GIL) and 2 busy cores
 
@@ -180,11 +183,25 @@ def fleet(tmp_path: Path) -> Iterator[list[Host]]:
 
 @pytest.fixture
 def prometheus(fleet: list[Host], tmp_path: Path) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(tmp_path / "prometheus", [host.http.address for host in fleet], RULES)
+    targets = [host.http.address for host in fleet]
+    server = PrometheusServer(tmp_path / "prometheus", targets, RULES, scrape_seconds=SCRAPE_SECONDS)
     try:
         yield server
     finally:
         server.stop()
+
+
+def answer_when(
+    prometheus: PrometheusServer, promql: str, accept: Callable[[list[dict[str, Any]]], bool], what: str
+) -> list[dict[str, Any]]:
+    """The first answer to `promql` that `accept` takes (a later query could see a missed scrape)."""
+
+    def accepted() -> list[dict[str, Any]] | None:
+        result = prometheus.query(promql)
+        return result if accept(result) else None
+
+    found: list[dict[str, Any]] = wait_for(accepted, timeout=PROMETHEUS_WITHIN, interval=0.2, what=what)
+    return found
 
 
 def instance_ids(result: list[dict[str, Any]]) -> set[str]:
@@ -209,8 +226,7 @@ def slices(fleet: list[Host], counts: dict[str, float] | None = None) -> dict[st
 
 def said_nothing(child: Child) -> bool:
     """True if the child has written nothing on its report pipe (a "gate" child writes only on SIGTERM)."""
-    ready, _, _ = select.select([child.out], [], [], 0)
-    return not ready
+    return not readable([child.out])
 
 
 def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
@@ -233,13 +249,13 @@ def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
     )  # fmt: skip
     assert len(slices(fleet)) == 2 + (18 - OLD_IMAGES) + 1  # two v5p nodes, 15 v4 nodes, the unknown ones
     assert prometheus.query("instance:tpu_watchdog_draining:host_info") == []
-    slice_sizes = prometheus.query(
-        'count by (tpu_node, accelerator_type, zone) (tpu_watchdog_host_info{job="tpu-watchdog"})'
-    )
     sizes = slices(fleet)
     for host in fleet:
         sizes[host.slice] += 1
-    assert by_slice(slice_sizes) == sizes
+    per_slice = 'count by (tpu_node, accelerator_type, zone) (tpu_watchdog_host_info{job="tpu-watchdog"})'
+    answer_when(
+        prometheus, per_slice, lambda result: by_slice(result) == sizes, what="every slice counted whole"
+    )
     assert (sizes["train-a"], sizes["train-b"], sizes[f"{V4[0]}/{V4[1]}"]) == (16, 16, OLD_IMAGES)
     job = f'multislice:tpu_watchdog_hosts_draining:sum{{multislice_coordinator="{COORDINATOR}"}}'
     assert [float(s["value"][1]) for s in prometheus.query(job)] == [0.0]
@@ -253,11 +269,10 @@ def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
 
     # The per-host recorded series name exactly the wave; the slice series count it on its slice only.
     hit = {host.instance_id for host in wave}
-    wait_for(
-        lambda: instance_ids(prometheus.query("instance:tpu_watchdog_draining:host_info")) == hit,
-        timeout=PROMETHEUS_WITHIN, interval=0.2, what="instance:tpu_watchdog_draining:host_info == the wave",
+    draining = answer_when(
+        prometheus, "instance:tpu_watchdog_draining:host_info", lambda result: instance_ids(result) == hit,
+        what="instance:tpu_watchdog_draining:host_info == the wave",
     )  # fmt: skip
-    draining = prometheus.query("instance:tpu_watchdog_draining:host_info")
     assert {(s["metric"]["tpu_node"], s["metric"]["slice_id"]) for s in draining} == {(WAVE_NODE, "1")}
     assert {s["metric"]["multislice_coordinator"] for s in draining} == {COORDINATOR}
     assert sorted(int(s["metric"]["worker_id"]) for s in draining) == list(WAVE_WORKERS)
@@ -266,7 +281,8 @@ def test_a_maintenance_wave_is_reported_for_exactly_the_hosts_it_hit(
         == slices(fleet, {WAVE_NODE: 7.0}),
         timeout=PROMETHEUS_WITHIN, interval=0.2, what="7 draining on their own slice only, not its twin",
     )  # fmt: skip
-    deadline_left = by_slice(prometheus.query("slice:tpu_watchdog_drain_deadline_seconds_left:min"))
+    left = "slice:tpu_watchdog_drain_deadline_seconds_left:min"
+    deadline_left = by_slice(answer_when(prometheus, left, bool, what="a slice's drain deadline recorded"))
     assert set(deadline_left) == {WAVE_NODE}
     assert 0 < deadline_left[WAVE_NODE] <= 300
     wait_for(

@@ -230,10 +230,15 @@ class _Handler(BaseHTTPRequestHandler):
         return replace(answer, note=note), fault.kind != "no_flavor", trickle
 
     def _client_gone(self) -> bool:
-        """True when the client closed its end (a readable socket with nothing to read)."""
+        """True when the client closed its end (a readable socket with nothing to read).
+
+        poll, not select: select() refuses descriptors above 1023, which a busy fake (or the process of a
+        fifty-host fleet test) reaches.
+        """
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            if not readable:
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)
+            if not poller.poll(0):
                 return False
             peeked: bytes = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             return peeked == b""
