@@ -1,6 +1,6 @@
 """A JAX + Orbax training loop that survives host maintenance: SIGTERM makes it save a checkpoint and exit 0.
 
-What it takes (see docs/workloads.md):
+What it takes (see docs/frameworks/jax-orbax.md):
 - `jax.distributed.initialize(...)` before anything else, so JAX's preemption notifier owns SIGTERM
   (without it, SIGTERM's default action kills the process and no checkpoint is written);
 - an Orbax `CheckpointManager`, whose `save(step)` also saves at a step that is not a multiple of the save
