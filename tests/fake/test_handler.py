@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import resource
 import socket
 from typing import Any
 
@@ -26,6 +28,24 @@ def test_a_client_that_goes_away_frees_its_hanging_request(fake: FakeMetadataSer
         wait_for(lambda: fake.hanging() == 1, what="the GET to hang")
     wait_for(lambda: fake.hanging() == 0, what="the server to notice the client left")
     wait_for(lambda: fake.requests() and fake.requests()[-1].note == "abandoned", what="the record")
+
+
+def test_a_client_that_goes_away_is_noticed_on_a_descriptor_above_1023() -> None:
+    """select() refuses descriptors past 1023 (ValueError in the handler: the GET hung until its timeout);
+    a fifty-host fleet in one test process has them. Hold the low ones: the server socket gets a high one."""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit != resource.RLIM_INFINITY and limit < 1100:
+        pytest.skip(f"RLIMIT_NOFILE is {limit}: no descriptor above 1023 to be had")
+    held = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        with FakeMetadataServer() as fake:
+            test_a_client_that_goes_away_frees_its_hanging_request(fake)
+            assert not [r for r in fake.requests() if r.status >= 500], fake.requests()
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 # --- HTTP/1.1 ---------------------------------------------------------------------------------------------
