@@ -301,9 +301,10 @@ class _Checker:
             and restored(sender, sender.started)
             and not self.kept_kill(holder, episode, sender, died)
         ):
-            # New to a restarted daemon: held back until an answer confirms the event on file.
-            due = max(due, confirmed(sender))
+            due = max(due, confirmed(sender))  # new to a restarted daemon: held until an answer confirms it
         logged = line.at + line.resolution if line is not None else died
+        if sender is not None and sender.told and abs(min(died, logged) - deadline) <= KILL_TOLERANCE:
+            due = deadline  # told to stop just before its deadline, it got there first: on time
         offset = min(died, logged) - due
         self.verdict.kill_offsets.append(round(offset, 3))
         if abs(offset) > KILL_TOLERANCE + (line.resolution if line is not None else 0.0):

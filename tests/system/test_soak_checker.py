@@ -358,3 +358,16 @@ def test_a_sigkill_a_daemon_running_at_the_deadline_did_not_send_is_late() -> No
     verdict = check(restarted_at_the_deadline(None))
     late = "SIGKILL of pid 12 (holder #2, report) at +4.02 s from its due time"
     assert any(late in text for text in texts(verdict))
+
+
+def test_a_daemon_told_to_stop_just_before_its_deadline_may_still_kill_at_it() -> None:
+    """Told at t+12.8, daemon #1 reached its deadline (t+13) before it handled the stop and SIGKILLed holder
+    #2 then: on time (a 60 s soak of make test was reported "early" against the next start's due time)."""
+    facts = restarted_at_the_deadline("stop")
+    first, second = facts.instances
+    first.lines.append(sent(13.05, 12, "SIGKILL", 1))
+    second.lines = [x for x in second.lines if x.fields.get("signal") != "SIGKILL"]
+    facts.holders[1].died = T0 + 13.06
+    verdict = check(facts)
+    assert texts(verdict) == []
+    assert verdict.kill_offsets == [pytest.approx(0.05, abs=0.01)]
