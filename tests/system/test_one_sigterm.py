@@ -34,16 +34,18 @@ def no_sigterm_within(child: Child, seconds: float) -> None:
 
 
 def crashed_mid_event(
-    state_dir: Path, deadline: float, drained: bool, signalled: ProcessIdentity = GONE_JOB
+    state_dir: Path, deadline: float, drained: bool, signalled: ProcessIdentity = GONE_JOB, sent: bool = True
 ) -> None:
-    """What a daemon killed mid-event leaves: the event, the drain (unless it had ended), its SIGTERM."""
+    """What a daemon killed mid-event leaves: the event, the drain (unless it had ended), its SIGTERM (or,
+    `sent=False`, only its intent: killed between the write-ahead and the send)."""
     store = StateStore(str(state_dir))
     started = deadline - 30.0
     event = Event("ev-before", "maintenance-event", TERMINATE, started, drained, deadline)
     drain = None if drained else ActiveDrain(["ev-before"], started, deadline)
     store.save_lifecycle([event], drain, "exited" if drained else None, on_timeout="kill")
     store.record_intent(signalled, signal.SIGTERM, name="python3")
-    store.record_sent(signalled, signal.SIGTERM, "sent")
+    if sent:
+        store.record_sent(signalled, signal.SIGTERM, "sent")
 
 
 # -- late arrivals -------------------------------------------------------------------------------------
@@ -211,3 +213,36 @@ def test_a_job_signalled_before_the_restart_is_killed_at_once_when_the_event_is_
     with DaemonHarness(state_dir, fake, workloads):
         assert stubborn.popen.wait(timeout=20) == -signal.SIGKILL  # its deadline passed while we were down
     no_sigterm_within(stubborn, 0.5)  # and no second SIGTERM on the way
+
+
+# -- a SIGTERM written ahead but perhaps never sent (kill -9 between the two) ------------------------------
+
+
+def test_a_sigterm_only_intended_before_the_crash_kills_nobody_after_an_unheard_clear(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """Soak seed 71: the job never got the SIGTERM the dead daemon had written ahead; the event cleared while
+    no daemon ran; the next daemon, past the deadline, SIGKILLed it before any metadata answer."""
+    job = workloads.start("report")
+    crashed_mid_event(state_dir, time.time() - 1.0, drained=False, signalled=job.identity, sent=False)
+    fake.set(MAINTENANCE, "NONE")
+    fake.add_fault(Fault(kind="reset", count=3, path=MAINTENANCE))  # the answer comes after the resume
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        harness.wait_state("idle")
+        no_sigterm_within(job, 2.5)
+        assert harness.metric(SIGNALS, signal="SIGKILL") == 0
+    assert job.alive()
+
+
+@pytest.mark.parametrize("drained", [False, True], ids=["draining on file", "drained on file"])
+def test_a_sigterm_only_intended_is_not_sent_again_and_its_job_is_killed_once_the_event_is_confirmed(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, drained: bool
+) -> None:
+    job = workloads.start("report")
+    crashed_mid_event(state_dir, time.time() - 1.0, drained=drained, signalled=job.identity, sent=False)
+    fake.set(MAINTENANCE, TERMINATE)
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        assert job.popen.wait(timeout=20) == -signal.SIGKILL  # past its deadline: at once, once confirmed
+        assert harness.daemon.lifecycle.events["maintenance-event"].confirmed
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 0  # possibly sent already: never a second
+    no_sigterm_within(job, 0.5)

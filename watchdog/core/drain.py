@@ -85,6 +85,7 @@ class DrainCore:
         kill_wait: float = 10.0,
         late: bool = False,
         scan_first: bool = False,
+        possibly_signalled: Collection[ProcessIdentity] = (),
     ) -> None:
         if on_timeout not in ON_TIMEOUT:
             raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {on_timeout!r}")
@@ -101,6 +102,9 @@ class DrainCore:
             {h.identity: h for h in holders}.values()
         )  # a duplicate is never signalled twice
         self._already = {i: set(s) for i, s in (already_signalled or {}).items()}
+        # SIGTERM intents on file never confirmed sent (a crash between the write-ahead and the send): never
+        # SIGTERMed again, and held back like newcomers until the event is confirmed (no SIGKILL before).
+        self._unsure = set(possibly_signalled)
         self._rescan_interval = rescan_interval
         self._kill_wait = kill_wait
         self._last_scan = now
@@ -131,7 +135,7 @@ class DrainCore:
             return self.observe_scan(self._initial, running=(), now=now, admit_new=admit_new)
         actions: list[SendSignal] = []
         for holder in self._initial:
-            if admit_new or holder.identity in self._already:
+            if not self._waits(holder.identity, admit_new):
                 # Resuming after signals went out: anyone not signalled came after the first wave.
                 late = self.record.late or bool(self._already and holder.identity not in self._already)
                 action = self._track(holder, now, late=late)
@@ -218,7 +222,7 @@ class DrainCore:
         for h in holders or ():
             proc = self.record.processes.get(h.identity)
             if proc is None:
-                if not admit_new and h.identity not in self._already:
+                if self._waits(h.identity, admit_new):
                     self._held_back.add(h.identity)
                     continue
                 late = self.record.late or (now > self.record.started and not first)
@@ -288,6 +292,10 @@ class DrainCore:
         if signal.SIGTERM not in self._already.get(holder.identity, ()):
             return SendSignal(holder.identity, signal.SIGTERM)
         return None
+
+    def _waits(self, identity: ProcessIdentity, admit_new: bool) -> bool:
+        """Held back: new to every run of the daemon (or only possibly signalled) while not admitted."""
+        return not admit_new and (identity not in self._already or identity in self._unsure)
 
     def _note_held_back(self) -> None:
         """Said once per drain: newcomers wait for the event to be confirmed (after a restart)."""

@@ -76,7 +76,8 @@ class DrainPlan:
     `already_signalled` lists the signals an earlier run (or an earlier drain of the same event) sent:
     SIGTERM is never sent twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks).
     `late`: a drain for late arrivals (see `watchdog.core.lifecycle`). `scan_first`: `holders` came from the
-    warm index, re-checked: they are signalled at once, and a full scan follows straight away."""
+    warm index, re-checked: they are signalled at once, and a full scan follows straight away.
+    `possibly_signalled`: of those, the SIGTERMs on file only as intents: held back until admitted."""
 
     grace: float | None = None
     deadline: float | None = None
@@ -87,6 +88,7 @@ class DrainPlan:
     kill_wait: float = 10.0
     late: bool = False
     scan_first: bool = False
+    possibly_signalled: frozenset[ProcessIdentity] = frozenset()
 
     def __post_init__(self) -> None:
         if self.grace is not None and self.deadline is not None:
@@ -161,6 +163,7 @@ def run_drain(
         kill_wait=plan.kill_wait,
         late=plan.late,
         scan_first=plan.scan_first,
+        possibly_signalled=plan.possibly_signalled,
     )
     loop = _Loop(core, scanner, signaller, exits, clock, listener)
     try:

@@ -125,7 +125,7 @@ class Daemon:
         self._next_scan = 0.0
         self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
         self.progress_interval, self._next_progress = progress_interval, 0.0
-        self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait)
+        self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait, saved.unconfirmed())
         self.departures = Departures(metrics)
         # Set again whenever the lifecycle changes, and on each tick.
         self._refresh_admission()
@@ -242,13 +242,13 @@ class Daemon:
         self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view)
 
     def _watch_late_arrivals(self, now: float) -> None:
-        """While drained events are on, scan as a drain does: a process that opens a device now (a job
-        supervisor restarting the job) gets its own drain, with the events' deadline."""
+        """While drained events are on, scan as a drain does: a newcomer (a restarted job) gets a drain."""
         if now < self._next_scan:
             return
         self._next_scan = now + RESCAN_INTERVAL
         self._refresh_admission()
-        if self.runner.admit and late_arrivals(self.scanner, self.store, self.view, self.metrics):
+        unsure = self.newcomers.possibly_signalled
+        if self.runner.admit and late_arrivals(self.scanner, self.store, self.view, self.metrics, unsure):
             self._apply(self.lifecycle.late_arrivals(self.clock.wall()))
 
     def _refresh_admission(self) -> None:
@@ -297,8 +297,7 @@ class Daemon:
         self.notifier.status(self.view.summary())
 
     def _resume(self) -> None:
-        """A drain the previous run did not finish goes on, with its deadline and its signals; an event
-        the previous run had not drained yet gets its drain."""
+        """An unfinished drain goes on, with its deadline and signals; an undrained event gets its drain."""
         active = self.lifecycle.drain
         if active is None:
             waiting = self.lifecycle.start_waiting(self.clock.wall())
@@ -334,10 +333,12 @@ class Daemon:
         self.runner.start(DrainOrder(
             cause, self._to_mono(deadline), deadline, active.drain_id if active else "",
             tuple(active.event_ids) if active else (), bool(active and active.late), already, first,
+            self.newcomers.possibly_signalled,
         ))  # fmt: skip
 
     def _drain_done(self, record: DrainRecord | None) -> None:
         self.runner.finished()
+        self.newcomers.taken_on(record.processes if record is not None else ())
         self._next_scan = 0.0  # the late-arrival watch (events still on) or the index: refresh now
         self.index.refresh_soon()
         if record is None:

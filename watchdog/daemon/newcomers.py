@@ -7,16 +7,22 @@ then most likely still coming) until its deadline; past its deadline, an unheard
 Processes signalled before the restart keep their deadline and their SIGKILL: a resumed drain starts at
 once, and what still holds a device at the deadline is killed, heard or not (a clear heard in time cancels
 the drain, as ever). The gate is per drain: a drain one of whose events is confirmed admits newcomers.
+
+A SIGTERM on file only as an intent (the daemon died between writing it ahead and sending it) may never
+have reached its process: it is never sent again, but its process waits like a newcomer: no SIGKILL before
+the event is confirmed (or taken as still on), none at all if it cleared meanwhile (`possibly_signalled`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from watchdog.core.lifecycle import Lifecycle
-from watchdog.core.process import Holder
+from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.view import StatusView
+from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
 from watchdog.surface.logs import fields
 from watchdog.surface.metrics import Metrics
@@ -27,8 +33,13 @@ CONFIRM_WAIT = 10.0  # s after start that an unconfirmed event on file signals n
 
 
 class Newcomers:
-    def __init__(self, lifecycle: Lifecycle, started_wall: float, confirm_wait: float = CONFIRM_WAIT) -> None:
+    def __init__(
+        self, lifecycle: Lifecycle, started_wall: float, confirm_wait: float = CONFIRM_WAIT,
+        unconfirmed: Iterable[SignalRecord] = (),
+    ) -> None:  # fmt: skip
         self.lifecycle = lifecycle
+        # Replaced whole (the drain thread reads the copy its order carries); emptied as drains take them on.
+        self.possibly_signalled = frozenset(s.identity for s in unconfirmed if s.signal == "SIGTERM")
         self.confirm_wait = confirm_wait
         self.unconfirmed_until = started_wall + confirm_wait
         self._said = False
@@ -53,14 +64,25 @@ class Newcomers:
     def gave_up_waiting(self) -> bool:
         return self._said
 
+    def taken_on(self, drained: Iterable[ProcessIdentity]) -> None:
+        """A drain (admitted) took these processes on: from now on they count as signalled."""
+        self.possibly_signalled = self.possibly_signalled.difference(drained)
 
-def late_arrivals(scanner: Scanner, store: StateStore, view: StatusView, metrics: Metrics) -> list[Holder]:
+
+def late_arrivals(
+    scanner: Scanner,
+    store: StateStore,
+    view: StatusView,
+    metrics: Metrics,
+    unsure: frozenset[ProcessIdentity],
+) -> list[Holder]:
     """Scan while drained events are on, as a drain does: who holds a device now that this event has not
-    signalled (one SIGTERM per process per event). Refreshes the holders gauge and /status on the way."""
+    signalled (one SIGTERM per process per event), or only possibly (`unsure`: its drain SIGKILLs it at the
+    deadline, without a second SIGTERM). Refreshes the holders gauge and /status on the way."""
     holders = list(scanner.scan().holders)
     view.holders = holders
     metrics.set_holders(holders)
-    signalled = {s.identity for s in store.state.signals if s.signal == "SIGTERM"}
+    signalled = {s.identity for s in store.state.signals if s.signal == "SIGTERM"} - unsure
     newcomers = [h for h in holders if h.identity not in signalled]
     if newcomers:
         log.warning(

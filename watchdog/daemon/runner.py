@@ -48,6 +48,7 @@ class DrainOrder:
     late: bool
     already_signalled: Mapping[ProcessIdentity, Collection[int]]
     first_wave: tuple[Holder, ...] = ()  # from the warm index, re-checked (`first_wave`): signalled at once
+    possibly_signalled: frozenset[ProcessIdentity] = frozenset()  # SIGTERM intents on file never confirmed
 
 
 class DrainRunner(DrainListener):
@@ -122,6 +123,7 @@ class DrainRunner(DrainListener):
                 rescan_interval=RESCAN_INTERVAL,
                 late=order.late,
                 scan_first=bool(order.first_wave),
+                possibly_signalled=order.possibly_signalled,
             )
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
