@@ -5,7 +5,7 @@ confirmed."""
 from __future__ import annotations
 
 from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, core, started
-from watchdog.core.drain import ExitStatus, Outcome, SendSignal
+from watchdog.core.drain import DrainCore, ExitStatus, Outcome, SendSignal
 
 
 def test_a_newcomer_after_the_first_wave_is_a_late_arrival_with_the_same_deadline() -> None:
@@ -47,3 +47,25 @@ def test_a_restart_with_only_newcomers_signals_nobody_until_confirmed() -> None:
     c.cancel(T0 + 1)  # the event turned out to be over
     assert c.record.outcome is Outcome.CANCELLED
     assert c.record.processes == {}
+
+
+def test_a_sigterm_possibly_sent_is_never_sent_again_and_waits_for_confirmation_to_be_killed() -> None:
+    """A SIGTERM on file only as an intent (a crash between the write-ahead and the send)."""
+    c = core(A, already_signalled={A.identity: {TERM}}, possibly_signalled={A.identity})
+    assert c.start(admit_new=False) == []  # not the kill of a process signalled before: held back
+    assert A.identity not in c.record.processes
+    assert c.observe_scan([A], running=(), now=T0 + GRACE, admit_new=False) == []  # unconfirmed: no SIGKILL
+    assert c.done
+    assert A.identity not in c.record.processes
+    # Confirmed later: the daemon's late-arrival drain takes it on, past the deadline: the kill, no SIGTERM.
+    late = DrainCore(
+        [A], now=T0 + GRACE + 1, now_wall=1.7e9, deadline=T0 + GRACE, late=True,
+        already_signalled={A.identity: {TERM}}, possibly_signalled={A.identity},
+    )  # fmt: skip
+    assert late.start(admit_new=True) == [SendSignal(A.identity, KILL)]
+
+
+def test_a_sigterm_possibly_sent_is_not_sent_again_once_admitted() -> None:
+    c = core(A, already_signalled={A.identity: {TERM}}, possibly_signalled={A.identity})
+    assert c.start(admit_new=True) == []
+    assert A.identity in c.record.pending()
