@@ -97,5 +97,5 @@ def test_a_replaced_sender_gives_up_within_its_time_and_says_why(
         wait_for(lambda: failures == [FailureReason.STOPPED], what="the queued notice given up")
         assert told.webhooks() == []
     assert (
-        "event_cleared notice not delivered: a reload removed its webhook before it was sent" in caplog.text
+        "event_cleared notice not delivered: a reload replaced the webhooks before it was sent" in caplog.text
     )

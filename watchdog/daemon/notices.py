@@ -37,8 +37,8 @@ HOST_FIELDS = {
     "slice_id": "slice_id",
     "num_slices": "num_slices",
 }
-RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (a notice's 4 tries: ~10 s)
-RETIRED = "a reload removed its webhook before it was sent"
+RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (4 tries: 7 s of backoff)
+RETIRED = "a reload replaced the webhooks before it was sent"
 
 
 class Notices:

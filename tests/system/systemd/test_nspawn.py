@@ -4,9 +4,9 @@ directive enforced, and the daemon still does its job.
 Inside the container: the fake metadata server as a second unit (loopback, private network; a webhook
 receiver too, for the reload test), the shipped unit with only ExecStart changed (the venv's binary, test
 flags) and a drop-in for what a test needs (WatchdogSec=3, the wedge file removed before each start, the
-interpreter made visible if it lives under /root or /home). A device dir holds a mknod'ed node with the numbers of /dev/full, which nothing in the
-container holds open: any process holding it is a holder; a node numbered like /dev/null would make
-every daemon in the container one.
+interpreter made visible if it lives under /root or /home). A device dir holds a mknod'ed node with the
+numbers of /dev/full, which nothing in the container holds open: any process holding it is a holder; a node
+numbered like /dev/null would make every daemon in the container one.
 """
 
 from __future__ import annotations
