@@ -93,3 +93,13 @@ def test_show_writes_values_as_toml() -> None:
     assert v.show(("a", 'b"')) == '["a", "b\\""]'
     assert v.show(None) == "(unset)"
     assert v.show(False) == "false"
+
+
+def test_webhook_urls_from_the_environment_never_quote_a_bad_array() -> None:
+    """list_text's error quotes the text; for webhooks the text is secret URLs."""
+    url = "https://hooks.example.com/services/T0/B0/s3cr3t"
+    assert v.webhook_urls_text(f'["{url}"]') == (url,)
+    with pytest.raises(v.BadValueError) as caught:
+        v.webhook_urls_text(f'["{url}", ')
+    assert "s3cr3t" not in str(caught.value)
+    assert "is not a TOML array" in str(caught.value)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
 from watchdog.core.clock import SystemClock
@@ -13,8 +15,9 @@ from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome
+from watchdog.daemon import notices
 from watchdog.daemon.notices import Notices
-from watchdog.surface.webhooks import WebhookSender
+from watchdog.surface.webhooks import FailureReason, WebhookSender
 
 HOST = HostIdentity(instance_id="42", instance_name="t1v-n-0", zone="us-central2-b", accelerator_type="v4-8",
                     worker_id="3", tpu_node="train-a").labels()  # fmt: skip
@@ -73,3 +76,26 @@ def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
         (9, ["SIGTERM"], "released", None),
     ]
     assert body["text"].endswith("; killed: pid 8 (stuck)")
+
+
+def test_a_replaced_sender_gives_up_within_its_time_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reload's `use` returns at once while the old receiver holds every answer; the old sender stops
+    after RETIRE_TIMEOUT, counting what it still had queued as `stopped`, for a reason that is true."""
+    monkeypatch.setattr(notices, "RETIRE_TIMEOUT", 0.5)
+    failures: list[FailureReason] = []
+    with WebhookReceiver(statuses=[]) as receiver:
+        receiver.hold()
+        old = WebhookSender([receiver.url], backoff=0.01, on_failed=failures.append)
+        told = Notices(old, lambda: HOST, SystemClock(), dry_run=False)
+        told.event_started(EVENT)  # in flight, unanswered
+        told.event_cleared(EVENT)  # queued behind it
+        wait_for(lambda: receiver.holding == 1, what="the first notice in flight")
+        told.use(None)  # returns at once: nothing here waits for the receiver
+        told.event_cleared(EVENT)  # goes nowhere
+        wait_for(lambda: failures == [FailureReason.STOPPED], what="the queued notice given up")
+        assert told.webhooks() == []
+    assert (
+        "event_cleared notice not delivered: a reload replaced the webhooks before it was sent" in caplog.text
+    )

@@ -16,7 +16,7 @@ from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
 from watchdog.config.schema import BY_KEY
 from watchdog.config.settings import Config, ConfigError
-from watchdog.daemon.reload import LIVE, Reloader
+from watchdog.daemon.reload import LIVE
 from watchdog.daemon.sighup import ReloadAsked
 from watchdog.fake.server import FakeMetadataServer
 
@@ -27,7 +27,7 @@ def _reload(harness: DaemonHarness, load: Config | Exception) -> None:
             raise load
         return load
 
-    harness.daemon.reloader = Reloader(loader)
+    harness.daemon.reloader.load = loader
     harness.daemon.inbox.put(ReloadAsked())
 
 

@@ -302,5 +302,12 @@ def webhook_urls_text(text: str) -> tuple[str, ...]:
     """From the environment: a TOML array, or URLs separated by commas or white space."""
     stripped = text.strip()
     if stripped.startswith("["):
-        return webhook_urls(list_text(stripped))
+        try:
+            items = list_text(stripped)
+        except BadValueError:  # its message quotes the text, and the text holds URLs
+            raise BadValueError(
+                "the value (not shown: it holds webhook URLs) is not a TOML array; give "
+                '["https://...", ...] or URLs separated by commas'
+            ) from None
+        return webhook_urls(items)
     return webhook_urls([word for word in re.split(r"[,\s]+", stripped) if word])

@@ -7,9 +7,10 @@ which processes a scan may see) is a `Wiring`; everything else comes from the co
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from watchdog.config.settings import Config
@@ -82,13 +83,7 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
             backoff_factory=wiring.backoff or Backoff,
         )  # fmt: skip
 
-    webhooks = None
-    if config.webhooks:
-        webhooks = WebhookSender(
-            config.webhooks, on_sent=metrics.webhooks_sent.inc,
-            on_failed=lambda reason: metrics.webhook_failures.labels(reason.value).inc(),
-            backoff=wiring.webhook_backoff,
-        )  # fmt: skip
+    senders = functools.partial(webhook_sender, metrics=metrics, backoff=wiring.webhook_backoff)
     daemon = Daemon(
         config,
         stop=stop,
@@ -98,17 +93,26 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         hooks=HookRunner.from_config(config),
         notifier=wiring.notifier or Notifier(),
         metrics=metrics,
+        reloader=Reloader(wiring.reload_config or (lambda: config), senders),
         clock=wiring.clock,
         identity=(lambda paths: fetch_identity(transport, paths)) if wiring.host_info else None,
         wedge_file=wiring.wedge_file,
         confirm_wait=wiring.confirm_wait,
-        webhooks=webhooks,
+        webhooks=senders(config.webhooks),
         progress_interval=wiring.progress_interval,
     )
-    if wiring.reload_config is not None:
-        daemon.reloader = Reloader(wiring.reload_config)
     if wiring.reloads is not None:
         wiring.reloads.forward(daemon.inbox.put)
-    if webhooks is not None:
-        daemon.view.webhooks = webhooks.status  # /status shows each webhook, its URL redacted
+    daemon.view.webhooks = daemon.notices.webhooks  # /status shows each webhook, its URL redacted
     return Built(daemon, transport, metrics, store, host)
+
+
+def webhook_sender(urls: Sequence[str], metrics: Metrics, backoff: float = BACKOFF) -> WebhookSender | None:
+    """The one place a webhook sender is built, at start-up and by a reload that changes notify.webhooks:
+    counted on the daemon's metrics. None when there is no URL."""
+    if not urls:
+        return None
+    return WebhookSender(
+        urls, on_sent=metrics.webhooks_sent.inc,
+        on_failed=lambda reason: metrics.webhook_failures.labels(reason.value).inc(), backoff=backoff,
+    )  # fmt: skip

@@ -79,6 +79,7 @@ class Daemon:
         hooks: HookRunner,
         notifier: Notifier,
         metrics: Metrics,
+        reloader: Reloader,
         clock: Clock | None = None,
         identity: Fetch | None = None,
         wedge_file: str | None = None,
@@ -96,7 +97,7 @@ class Daemon:
         self.notifier = notifier
         self.metrics = metrics
         self.inbox: queue.Queue[WatchEvent | DrainDone | ReloadAsked | None] = queue.Queue()  # None: stop
-        self.reloader = Reloader(lambda: config)  # SIGHUP; compose gives it the real loader
+        self.reloader = reloader  # SIGHUP: what a reload reads, and how it builds a webhook sender
         self.watcher = watcher_factory(self.inbox.put)
         saved = store.state
         self.lifecycle = Lifecycle.restored(
@@ -107,9 +108,8 @@ class Daemon:
         self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
         self._identity = identity
-        self.webhooks = webhooks
-        notices = Notices(webhooks, lambda: self.view.host, self.clock, config.dry_run)
-        self.announce = Announcer(config, hooks, notices)
+        self.notices = Notices(webhooks, lambda: self.view.host, self.clock, config.dry_run)
+        self.announce = Announcer(config, hooks, self.notices)
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
@@ -394,6 +394,5 @@ class Daemon:
         self.runner.join(timeout=1.5)
         self.watcher.join(timeout=1.0)
         self.hooks.close(0.5)
-        if self.webhooks is not None:
-            self.webhooks.close(1.0)
+        self.notices.close(1.0)
         log.info("tpu-watchdog stopped (state %s)", self.lifecycle.state.value)

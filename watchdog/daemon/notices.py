@@ -4,12 +4,19 @@ detection, before its drain; drain_started; drain_finished with the outcome and 
 Every body has `type`, `time` (RFC 3339 UTC), `host`, `event` {key, value, id} and `text`, one line for
 people, so a Slack or Google Chat incoming webhook shows it as it is; a generic receiver reads the rest.
 Built on the loop thread and handed to the sender's queue: nothing here waits on the network.
+
+A reload that changes the webhooks hands `use` a new sender (or None): the next notices go to the new URLs,
+and what the old sender had queued still goes to the URLs it was queued for (a notice is meant for the
+receivers configured when it happened), from the old sender's threads, for at most RETIRE_TIMEOUT s. So a
+URL kept through the reload may, while its receiver was failing, get an old notice after a newer one: each
+body's `time` orders them.
 """
 
 from __future__ import annotations
 
 import signal
 import socket
+import threading
 from collections.abc import Callable, Mapping
 
 from watchdog.core.clock import Clock, time_left, utc_time
@@ -30,6 +37,8 @@ HOST_FIELDS = {
     "slice_id": "slice_id",
     "num_slices": "num_slices",
 }
+RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (4 tries: 7 s of backoff)
+RETIRED = "a reload replaced the webhooks before it was sent"
 
 
 class Notices:
@@ -43,6 +52,28 @@ class Notices:
         dry_run: bool,
     ) -> None:
         self.sender, self.host, self.clock, self.dry_run = sender, host, clock, dry_run
+        self._retiring: list[tuple[WebhookSender, threading.Thread]] = []  # replaced, still delivering
+
+    def use(self, sender: WebhookSender | None) -> None:
+        """The next notices go through `sender`; the old one delivers its queue on a thread of its own."""
+        old, self.sender = self.sender, sender
+        self._retiring = [(s, t) for s, t in self._retiring if t.is_alive()]
+        if old is not None:
+            thread = threading.Thread(
+                target=old.close, args=(RETIRE_TIMEOUT, RETIRED), name="webhook-retiring", daemon=True
+            )
+            thread.start()
+            self._retiring.append((old, thread))
+
+    def close(self, timeout: float) -> None:
+        """At shutdown: the sender in use, and any replaced one still delivering, get `timeout` s each."""
+        for sender in [self.sender, *(old for old, _ in self._retiring)]:
+            if sender is not None:
+                sender.close(timeout)
+
+    def webhooks(self) -> list[dict[str, object]]:
+        """/status `webhooks`: the sender in use, each URL redacted."""
+        return [] if self.sender is None else self.sender.status()
 
     def event_started(self, event: Event) -> None:
         deadline = f"; deadline {_hms(event.deadline)}" if event.deadline is not None else ""

@@ -1,14 +1,21 @@
 """`systemctl reload tpu-watchdog` (SIGHUP): read the configuration again; apply what can change live.
 
-Live (`LIVE`): the drain policy (graces, events.*, upcoming_maintenance.*), the hooks and log_level. The
-rest is what the daemon was built from (its state dir and lock, its listener, the metadata server, which
-devices and processes a scan sees, dry run, on_timeout, the log format): a change there is reported as
-needing a restart and the running value is kept.
+Live (`LIVE`): the drain policy (graces, events.*, upcoming_maintenance.*), the hooks, log_level and
+notify.webhooks. The rest is what the daemon was built from (its state dir and lock, its listener, the
+metadata server, which devices and processes a scan sees, dry run, on_timeout, the log format): a change
+there is reported as needing a restart and the running value is kept.
 
 An event in progress keeps the policy it started under, so a drain in progress keeps its deadline and its
 rules: the new policy takes over once no event is on (a restart applies it at once; the drain resumes with
 its deadline, which can then only move earlier). A file that does not load (bad TOML, a bad value, an
-untrusted hook) changes nothing: the old configuration stays and the reason is logged and sent to systemd.
+untrusted hook, a webhook that is no http(s) URL) changes nothing: the old configuration stays and the
+reason is logged and sent to systemd.
+
+Webhooks apply at once, mid-drain too: a sender for the new URLs is built as at start-up (compose.py's
+`webhook_sender`, handed in as `senders`) and gets the next notices; the old one delivers what it had queued
+to the URLs it was queued for, on its own threads, within its bounded time (daemon/notices.py `use`), so no
+reload or signal waits for a receiver. A URL is a secret: the log line shows the URLs redacted (as
+`tpu-watchdog config` does), STATUS= only their count.
 Under systemd: RELOADING=1 first, then READY=1 with the outcome in STATUS= (sd_notify(3)).
 """
 
@@ -21,13 +28,15 @@ from typing import Any, Protocol
 
 from watchdog.config.policy import policy_from_config
 from watchdog.config.schema import BY_KEY, SETTINGS
-from watchdog.config.settings import Config, ConfigError
+from watchdog.config.settings import Config, ConfigError, displayed
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.policy import Policy
+from watchdog.daemon.notices import Notices
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.view import StatusView
 from watchdog.surface.hooks import HookRunner
 from watchdog.surface.notify import Notifier
+from watchdog.surface.webhooks import WebhookSender
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -39,6 +48,7 @@ _AT_ONCE = (
     "hooks.on_event_clear",
     "hooks.timeout",
     "log_level",
+    "notify.webhooks",
 )
 LIVE = frozenset(_POLICY + _AT_ONCE)  # the settings a reload changes; every other one needs a restart
 
@@ -53,21 +63,24 @@ class Reloadable(Protocol):
     lifecycle: Lifecycle
     notifier: Notifier
     view: StatusView
+    notices: Notices
 
 
 class Reloader:
     """Carries out reloads for one daemon; `load` reads the configuration as at start-up (the same
-    flags and environment, the file read again)."""
+    flags and environment, the file read again); `senders` builds a webhook sender for a list of URLs."""
 
-    def __init__(self, load: Callable[[], Config]) -> None:
-        self._load = load
+    def __init__(
+        self, load: Callable[[], Config], senders: Callable[[tuple[str, ...]], WebhookSender | None]
+    ) -> None:
+        self.load, self._senders = load, senders
         self._pending: Config | None = None  # a policy waiting for the event in progress to end
 
     def reload(self, daemon: Reloadable) -> None:
         daemon.notifier.reloading("reloading the configuration")
         old = daemon.config
         try:
-            new = self._load()
+            new = self.load()
         except ConfigError as error:
             self._refused(daemon, str(error))
             return
@@ -84,6 +97,8 @@ class Reloader:
         fresh = HookRunner.from_config(daemon.config)
         daemon.hooks.commands, daemon.hooks.timeout = fresh.commands, fresh.timeout
         logging.getLogger().setLevel(daemon.config.log_level.upper())
+        if "notify.webhooks" in live:
+            daemon.notices.use(self._senders(daemon.config.webhooks))
         if any(key in _POLICY for key in live) or self._pending is not None:
             self._pending = daemon.config  # the newest policy, waiting or not
         waits = self._pending is not None and bool(daemon.lifecycle.events)
@@ -95,9 +110,11 @@ class Reloader:
             logging.WARNING if restart else logging.INFO,  # a change that did not happen is worth a warning
             "configuration reloaded from %s: %s", new.config_file or "no file (defaults)", said,
         )  # fmt: skip
-        short = f"{len(live)} setting(s) changed" + (
-            f", restart needed for {', '.join(restart)}" if restart else ""
-        )
+        short = f"{len(live)} setting(s) changed"
+        if "notify.webhooks" in live:  # counted, never shown: a URL is a secret
+            short += f", notify.webhooks {len(old.webhooks)} -> {len(new.webhooks)} URL(s)"
+        if restart:
+            short += f", restart needed for {', '.join(restart)}"
         daemon.notifier.ready(f"reloaded ({short}); {daemon.view.summary()}")
 
     def settle(self, daemon: Reloadable) -> None:
@@ -120,7 +137,7 @@ def _describe(old: Config, new: Config, live: list[str], restart: list[str], wai
     """One line: what changed now, what waits for the event in progress, what needs a restart."""
 
     def change(key: str) -> str:
-        return f"{key} {_shown(old.value(key))} -> {_shown(new.value(key))}"
+        return f"{key} {_shown(displayed(old, BY_KEY[key]))} -> {_shown(displayed(new, BY_KEY[key]))}"
 
     parts = []
     now = [change(k) for k in live if not (waits and k in _POLICY)]
@@ -129,7 +146,7 @@ def _describe(old: Config, new: Config, live: list[str], restart: list[str], wai
         parts.append("applied " + ", ".join(now))
     if later:
         parts.append("after the event in progress: " + ", ".join(later))
-    if restart:  # named, not shown: a restart-only value may be a secret (a webhook URL)
+    if restart:  # named, not shown: what the daemon was built from is told by `tpu-watchdog config`
         parts.append(f"needs `systemctl restart tpu-watchdog` (the old value stays): {', '.join(restart)}")
     return "; ".join(parts) or "nothing changed"
 

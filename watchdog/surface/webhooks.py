@@ -59,7 +59,7 @@ class FailureReason(str, enum.Enum):
     RETRIES_EXHAUSTED = "retries_exhausted"  # every attempt met a connection error, timeout, 429 or 5xx
     REJECTED = "rejected"  # a 4xx other than 429: the receiver refuses it; trying again would not help
     QUEUE_FULL = "queue_full"  # dropped, the oldest first, while the receiver was failing
-    STOPPED = "stopped"  # still queued when the daemon stopped (after `close` gave it its time)
+    STOPPED = "stopped"  # still queued at `close`: the daemon stopped, or a reload replaced the webhooks
 
 
 class _Target:
@@ -127,8 +127,9 @@ class WebhookSender:
                     target, FailureReason.QUEUE_FULL, f"queue full ({self.queue_size}): dropped", dropped
                 )
 
-    def close(self, timeout: float) -> bool:
-        """Give queued notices up to `timeout` s to go out, then stop; True if none was left behind."""
+    def close(self, timeout: float, why: str = "the daemon stopped before it was sent") -> bool:
+        """Give queued notices up to `timeout` s to go out, then stop; True if none was left behind. A notice
+        left behind is counted `stopped` and logged with `why`."""
         deadline = threading.Event()
         timer = threading.Timer(timeout, deadline.set)
         timer.daemon = True
@@ -149,7 +150,7 @@ class WebhookSender:
                 left_behind = left_behind or bool(unsent) or target.busy
                 target.wake.notify_all()
             for notice in unsent:
-                self._failed(target, FailureReason.STOPPED, "the daemon stopped before it was sent", notice)
+                self._failed(target, FailureReason.STOPPED, why, notice)
         return not left_behind
 
     def status(self) -> list[dict[str, object]]:

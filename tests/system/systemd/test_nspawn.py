@@ -1,12 +1,12 @@
 """The unit under a real systemd manager (systemd-nspawn booting this machine's /usr): every hardening
 directive enforced, and the daemon still does its job.
 
-Inside the container: the fake metadata server as a second unit (loopback, private network), the shipped
-unit with only ExecStart changed (the venv's binary, test flags) and a drop-in for what a test needs
-(WatchdogSec=3, the wedge file removed before each start, the interpreter made visible if it lives under
-/root or /home). A device dir holds a mknod'ed node with the numbers of /dev/full, which nothing in the
-container holds open: any process holding it is a holder; a node numbered like /dev/null would make
-every daemon in the container one.
+Inside the container: the fake metadata server as a second unit (loopback, private network; a webhook
+receiver too, for the reload test), the shipped unit with only ExecStart changed (the venv's binary, test
+flags) and a drop-in for what a test needs (WatchdogSec=3, the wedge file removed before each start, the
+interpreter made visible if it lives under /root or /home). A device dir holds a mknod'ed node with the
+numbers of /dev/full, which nothing in the container holds open: any process holding it is a holder; a node
+numbered like /dev/null would make every daemon in the container one.
 """
 
 from __future__ import annotations
@@ -67,6 +67,24 @@ else:
     request = urllib.request.Request("http://{FAKE_ADDRESS}/_fake/" + path, data=body, method=method)
     urllib.request.urlopen(request, timeout=10).close()
 """
+# Inside the container: a webhook receiver on its loopback, one JSON body per line in RECEIVED.
+RECEIVER_UNIT = "tpuwd-receiver.service"
+RECEIVED = "/run/tpuwd-received.jsonl"
+WEBHOOK = "http://127.0.0.1:8054/services/T0NSPAWN/B0NSPAWN/s3cr3t-never-shown"
+RECEIVER = f"""#!{BIN / "python"}
+import http.server
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with open("{RECEIVED}", "ab") as out:
+            out.write(body + b"\\n")
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+server = http.server.HTTPServer(("127.0.0.1", 8054), Handler)
+open("{RECEIVED}", "w").close()  # listening: the test may start
+server.serve_forever()
+"""
 FAKE_SERVICE = f"""[Unit]
 Description=Fake GCE metadata server for the unit tests
 [Service]
@@ -97,6 +115,8 @@ def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     try:
         box.write("/run/tpuwd-fake-ctl", FAKE_CTL)
         box.run("chmod", "0755", "/run/tpuwd-fake-ctl")
+        box.write("/run/tpuwd-receiver", RECEIVER)
+        box.run("chmod", "0755", "/run/tpuwd-receiver")
         box.write(f"/run/systemd/system/{FAKE_UNIT}", FAKE_SERVICE)
         args = f"--metadata-host {FAKE_ADDRESS} --device {DEVICE_DIR}/accel* --test-wedge-file {WEDGE}"
         box.write(f"/run/systemd/system/{UNIT}", unit_text(args))
@@ -232,6 +252,51 @@ def test_reload_rereads_the_file_and_a_bad_one_changes_nothing(daemon: Container
         assert (after["MainPID"], after["NRestarts"]) == (before["MainPID"], "0")
     finally:
         daemon.write(CONFIG, GOOD_CONFIG)
+
+
+def test_reload_adds_then_drops_a_webhook_and_never_shows_it(daemon: Container) -> None:
+    """A reload that adds a webhook sends it the next event, one that drops it sends it nothing more; the
+    journal and Status: never show the URL."""
+    invocation = daemon.run("systemctl", "show", "-P", "InvocationID", UNIT).stdout.strip()
+    daemon.run("rm", "-f", RECEIVED)
+    daemon.run("systemd-run", f"--unit={RECEIVER_UNIT}", "/run/tpuwd-receiver")
+
+    def received() -> list[str]:
+        out = daemon.run("cat", RECEIVED, check=False).stdout
+        return [json.loads(line)["type"] for line in out.splitlines()]
+
+    def reloaded(into: str) -> str:
+        daemon.write(CONFIG, into)
+        daemon.run("systemctl", "reload", UNIT)
+        said = lambda: show(daemon)["StatusText"]  # noqa: E731
+        return str(wait_for(lambda: said().startswith("reloaded") and said(), 20, 0.1, "Status: reloaded"))
+
+    def logged(start: str) -> int:
+        return len(journal(daemon, f"_SYSTEMD_INVOCATION_ID={invocation}", f"--grep=^{start}"))
+
+    def an_event(number: int) -> None:
+        fake(daemon, "PUT", "v1/instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+        wait_for(lambda: logged("event started") == number, 20, 0.1, f"event {number} seen")
+        fake(daemon, "PUT", "v1/instance/maintenance-event", "NONE")
+        wait_for(lambda: logged("event cleared") == number, 20, 0.1, f"event {number} cleared")
+
+    try:
+        wait_for(lambda: daemon.run("test", "-e", RECEIVED, check=False).returncode == 0, 20, 0.1, "receiver")
+        said = reloaded(GOOD_CONFIG + f'[notify]\nwebhooks = ["{WEBHOOK}"]\n')
+        assert said.startswith("reloaded (1 setting(s) changed, notify.webhooks 0 -> 1 URL(s)); idle"), said
+        an_event(1)
+        wait_for(lambda: "event_cleared" in received(), 20, 0.1, "the event's notices")
+        said = reloaded(GOOD_CONFIG)
+        assert said.startswith("reloaded (1 setting(s) changed, notify.webhooks 1 -> 0 URL(s)); idle"), said
+        an_event(2)
+        daemon.run("systemctl", "stop", UNIT)  # gives what was queued its time: nothing more comes now
+        assert received() == ["event_started", "drain_started", "drain_finished", "event_cleared"]
+        lines = [str(e["MESSAGE"]) for e in journal(daemon, f"_SYSTEMD_INVOCATION_ID={invocation}")]
+        assert any("applied notify.webhooks [] -> [http://127.0.0.1:8054/…redacted]" in m for m in lines)
+        assert not [m for m in lines if "s3cr3t" in m]
+    finally:
+        daemon.write(CONFIG, GOOD_CONFIG)
+        daemon.run("systemctl", "stop", RECEIVER_UNIT, check=False)
 
 
 def test_stop_is_clean_and_fast(daemon: Container) -> None:
