@@ -298,8 +298,8 @@ class StateStore:
         if state.unconfirmed():
             log.warning(
                 "state: %d signal(s) recorded as intended but not confirmed sent (the daemon stopped in "
-                "between); never sent again, and none of their processes is SIGKILLed before the metadata server "
-                "confirms the event: %s",
+                "between); never sent again, and none of their processes is SIGKILLed before the metadata "
+                "server confirms the event: %s",
                 len(state.unconfirmed()),
                 ", ".join(f"{s.signal} to {s.identity} {s.name}" for s in state.unconfirmed()),
             )
