@@ -50,7 +50,16 @@ DAEMON_FLAGS = {"--config", "--metadata-host", "--device", "--exclude", "--grace
                 "--log-format", "--webhook"}  # fmt: skip
 FLAGS = {
     "status": {"--config", "--listen", "--state-dir", "--json"},
-    "drill": {"--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run", "--yes"},
+    "drill": {
+        "--config",
+        "--device",
+        "--exclude",
+        "--grace",
+        "--on-timeout",
+        "--dry-run",
+        "--yes",
+        "--state-dir",
+    },
     "readiness": {"--config", "--device", "--exclude", "--json"},
     "run": DAEMON_FLAGS,
     "config": DAEMON_FLAGS | {"--json"},

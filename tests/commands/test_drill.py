@@ -1,61 +1,15 @@
 """`tpu-watchdog drill` for real: real holders, real signals, the verdict per process and the exit status.
 
-Each drill runs in a private PID namespace (unshare), with its holders: the drill's scanner sees nothing
-else on this machine, so a rehearsal in a test can never signal a process the test did not start.
+Each drill runs in a private PID namespace with its own holders (tests/support/drilling.py).
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
+from tests.support.drilling import drill, needs_unshare
 
-REPO = Path(__file__).resolve().parents[2]
-
-# PID 1 of the namespace: starts the holders, runs the drill, reports whether each holder is still alive.
-# With ANSWER set, the drill's stdin is a terminal (a pty) on which ANSWER was already typed.
-DRIVER = r"""
-import os, pty, subprocess, sys
-from pathlib import Path
-from tests.support.workloads import Child, make_device
-device = make_device(Path(sys.argv[1]))
-children = [Child(mode, device) for mode in sys.argv[2].split(",") if mode]
-for child in children:
-    child.wait_ready()
-stdin = None
-if "ANSWER" in os.environ:
-    typed, stdin = pty.openpty()
-    os.write(typed, os.environ["ANSWER"].encode() + b"\n")
-drill = subprocess.run(
-    [sys.executable, "-m", "watchdog", "drill", "--device", str(device), *sys.argv[3:]], stdin=stdin
-)
-print("alive:", ",".join(str(c.alive()) for c in children), flush=True)
-for child in children:
-    child.close()
-sys.exit(drill.returncode)
-"""
-
-pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
-
-
-def drill(
-    tmp_path: Path, modes: str, *args: str, answer: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    typed = {} if answer is None else {"ANSWER": answer}
-    return subprocess.run(
-        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER, str(tmp_path), modes,
-         "--config", str(tmp_path / "none.toml"), *args],
-        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **typed},
-    )  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def no_config(tmp_path: Path) -> None:
-    (tmp_path / "none.toml").write_text("# an empty configuration: every default\n")
+pytestmark = needs_unshare
 
 
 def test_jobs_that_handle_sigterm_pass(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.mounts import tmpfs
 from watchdog.core.clock import utc_text
-from watchdog.store.history import HISTORY_FILE, DrainHistory, load_entries
+from watchdog.store.history import HISTORY_FILE, LOCK_FILE, DrainHistory, load_entries
 
 
 def entry(n: int, outcome: str | None = "exited", started: float = 1_800_000_000.0) -> dict[str, object]:
@@ -59,10 +60,12 @@ def test_the_history_is_bounded_and_the_newest_is_kept(tmp_path: Path) -> None:
     assert lines <= 5 + 5 // 2 + 1
     assert ids(history)[-1] == "drain-39"
     assert ids(DrainHistory(str(tmp_path), keep=5))[-5:] == [f"drain-{n}" for n in range(35, 40)]
-    assert not [p for p in tmp_path.iterdir() if p.name != HISTORY_FILE]  # no temporary file left
+    ours = {HISTORY_FILE, LOCK_FILE}
+    assert not [p for p in tmp_path.iterdir() if p.name not in ours]  # no temporary file left
+    assert stat.S_IMODE(os.stat(tmp_path / LOCK_FILE).st_mode) == 0o600
     (tmp_path / f".{HISTORY_FILE}.x1y2.tmp").write_bytes(b"half a rewrite")  # a crash mid-rewrite
     DrainHistory(str(tmp_path))
-    assert not [p for p in tmp_path.iterdir() if p.name != HISTORY_FILE]  # removed at start
+    assert not [p for p in tmp_path.iterdir() if p.name not in ours]  # removed at start
 
 
 def test_old_drains_go_at_a_rewrite_but_never_the_newest(tmp_path: Path) -> None:
@@ -91,15 +94,8 @@ def test_a_symlink_in_its_place_is_never_followed(tmp_path: Path) -> None:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounts a tmpfs: needs root")
-    mountpoint = tmp_path / "disk"
-    mountpoint.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mountpoint)], check=True)
-    try:
+    with tmpfs(tmp_path / "disk") as mountpoint:
         yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
 
 
 def test_a_full_disk_is_loud_never_a_crash_and_nothing_is_lost_once_there_is_room(

@@ -6,6 +6,12 @@ progress? On a terminal it asks first (`--yes` does not). Ctrl-C cancels the dri
 `--dry-run` says at once what a drill would signal (each holder checked with signal 0: is it there, may we
 signal it), sends nothing and waits for nothing.
 
+A real drill is a drain, so it is appended to the drain history (`STATE_DIR/history.jsonl`, under the
+history's own lock: the daemon may be running) with event {key: "drill", value: "rehearsal"}, each process
+with its signals, its end and its SIGTERM disposition; `host` stays empty (the drill never asks the
+metadata server). A dry run is a report, not a drain: it is not recorded. A history that cannot be written
+(no state dir, read-only, not root) costs one line saying so; the verdict and exit status are the same.
+
 Exit status: 0 every holder exited in time on its own (or released the device); 1 at least one would have
 lost its checkpoint (needed SIGKILL, died of SIGTERM's default action, or is still running); 3 nothing holds
 a TPU device; 4 a dry run (nothing was signalled, so nothing was learned); 5 not confirmed at the prompt;
@@ -15,6 +21,7 @@ a TPU device; 4 a dry run (nothing was signalled, so nothing was learned); 5 not
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -26,7 +33,7 @@ from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.core.drain_record import DrainRecord, End, Loss, ProcessRecord, SignalResult
 from watchdog.core.lifecycle import drain_id_at
 from watchdog.core.process import Holder
-from watchdog.core.vocabulary import Outcome
+from watchdog.core.vocabulary import DRILL_EVENT_KEY, DRILL_EVENT_VALUE, Outcome
 from watchdog.exitcodes import (
     EXIT_DRILL_DECLINED,
     EXIT_DRILL_DRY_RUN,
@@ -36,12 +43,14 @@ from watchdog.exitcodes import (
 )
 from watchdog.store.drain_entry import DrainFacts, entry_from_record
 from watchdog.store.drain_text import totals
+from watchdog.store.history import HISTORY_FILE, DrainHistory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # What a drain uses; --grace is the rehearsed grace (the maintenance grace, 300 s by default).
     add_config_arguments(
-        parser, only=("--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run")
+        parser,
+        only=("--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run", "--state-dir"),
     )
     parser.add_argument("--yes", action="store_true", help="signal without asking first (on a terminal)")
 
@@ -173,9 +182,8 @@ def run(args: argparse.Namespace) -> int:
     record = run_drain(holders, plan, scanner=scanner, listener=Progress(), cancel=cancel)
     finished.set()
     ticker.join(timeout=2)
-    out.write(
-        f"\ndrill {record.outcome.value if record.outcome else 'ended'}: {totals(drill_entry(record))}\n"
-    )
+    entry = drill_entry(record)
+    out.write(f"\ndrill {record.outcome.value if record.outcome else 'ended'}: {totals(entry)}\n")
     kept_all = True
     for proc in record.processes.values():
         kept, sentence = verdict(proc, record.started, record.dry_run)
@@ -183,12 +191,32 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"  {'ok  ' if kept else 'LOST'} {sentence}\n")
     if record.outcome is Outcome.CANCELLED:
         out.write("the drill was cancelled: nothing was SIGKILLed\n")
+    out.flush()
+    recorded(config.state_dir, entry)
     return EXIT_OK if kept_all else EXIT_LOST
 
 
 def drill_entry(record: DrainRecord) -> dict[str, object]:
-    """The drill as the history shapes a drain, for its totals."""
+    """The drill as the history keeps a drain (an id of its own kind: never one of the daemon's)."""
     facts = DrainFacts(
-        drain_id_at(record.started_wall), record.started_wall, record.wall(record.deadline), "", ""
-    )
+        f"drill-{drain_id_at(record.started_wall)}", record.started_wall, record.wall(record.deadline),
+        DRILL_EVENT_KEY, DRILL_EVENT_VALUE, on_timeout=record.on_timeout,
+    )  # fmt: skip
     return entry_from_record(facts, record)
+
+
+def recorded(state_dir: str, entry: dict[str, object]) -> bool:
+    """Append the drill to the history, and say in one line whether it is there and, if not, why."""
+    try:
+        DrainHistory(state_dir, load=False).write(entry)
+    except OSError as error:
+        if error.errno == errno.ENOENT and not os.path.isdir(state_dir):
+            why = f"{state_dir} does not exist (the daemon makes it; --state-dir names another)"
+        elif error.errno in (errno.EACCES, errno.EPERM):
+            why = f"{state_dir}: permission denied (run the drill as root)"
+        else:
+            why = f"{os.path.join(state_dir, HISTORY_FILE)}: {error.strerror or error}"
+        sys.stderr.write(f"drill not recorded in the drain history: {why}\n")
+        return False
+    sys.stdout.write(f"recorded in the drain history as {entry['id']}: `tpu-watchdog history` shows it\n")
+    return True

@@ -56,6 +56,11 @@ def as_on_timeout(text: str) -> OnTimeout:
     raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {text!r}")
 
 
+# A drill's drain in the history: `event` {key: DRILL_EVENT_KEY, value: DRILL_EVENT_VALUE}. Not a metadata
+# path (those name a real event: instance/maintenance-event), so a rehearsal never reads as one.
+DRILL_EVENT_KEY = "drill"
+DRILL_EVENT_VALUE = "rehearsal"
+
 # Who may read /status (pids, process names, devices): this host only, unless http.status_allow widens it.
 LOOPBACK_NETWORKS: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
 

@@ -8,23 +8,33 @@ an id wins. Bounded: once the file holds more than `KEEP` drains, or more than `
 dropped. Mode 0600 (it names processes and users). A write that fails (full or read-only disk) is logged
 once per kind of error, kept in `write_error`, and tried again with the next drain or `retry()`: the daemon
 goes on either way.
+
+Two processes write it: the daemon, and a `drill` run while the daemon runs. Every append and rewrite holds
+an flock(2) on `STATE_DIR/.history.lock` (never the daemon's lock on the directory, which a drill must not
+wait on), and a rewrite first re-reads the file under that lock and keeps the drains it did not write
+itself, so the daemon's rotation never drops a drill's line. A lock another process holds past `LOCK_WAIT`
+is a failed write like a full disk (kept in memory, tried again): the daemon never hangs on it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import glob
 import json
 import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 
 from watchdog.core.clock import Clock, SystemClock, parse_utc_text
 
 HISTORY_FILE = "history.jsonl"
+LOCK_FILE = ".history.lock"  # flock(2)ed around every write, by the daemon and by a drill
+LOCK_WAIT = 2.0  # s: a write waits this long for another process's (a few ms) before giving up for now
 KEEP = 200  # drains kept (a host sees a few a month)
 MAX_AGE = 400 * 86400.0  # s: older drains are dropped at the next rewrite, except the newest
 MAX_BYTES = 8 << 20  # a drain of 500 holders is ~150 KiB; past this the file is rewritten
@@ -87,9 +97,12 @@ def _parse(line: bytes) -> Entry | None:
 class DrainHistory:
     """The history of one state directory, kept in memory (newest last) and written through to disk.
 
-    Thread-safe; `entries()` may be read from any thread (a tuple, replaced whole)."""
+    Thread-safe; `entries()` may be read from any thread (a tuple, replaced whole). `load=False`: start
+    from nothing in memory (a drill, which only adds its drain with `write`)."""
 
-    def __init__(self, state_dir: str, *, clock: Clock | None = None, keep: int = KEEP) -> None:
+    def __init__(
+        self, state_dir: str, *, clock: Clock | None = None, keep: int = KEEP, load: bool = True
+    ) -> None:
         self.dir = os.path.abspath(state_dir)
         self.path = os.path.join(self.dir, HISTORY_FILE)
         self.clock: Clock = clock or SystemClock()
@@ -98,9 +111,15 @@ class DrainHistory:
         self._lock = threading.Lock()
         self._unwritten: list[Entry] = []  # appended in memory, not yet on disk (a failed write)
         self._lines = 0
-        for leftover in glob.glob(glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp"):
-            with contextlib.suppress(OSError):
-                os.unlink(leftover)  # a rewrite a crash interrupted: never renamed into place
+        self._entries: tuple[Entry, ...] = ()
+        if load:
+            self._load()
+
+    def _load(self) -> None:
+        with contextlib.suppress(OSError), self._locked():  # not under another process's rewrite
+            for leftover in glob.glob(glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp"):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)  # a rewrite a crash interrupted: never renamed into place
         try:
             loaded, self._lines = _read(self.path, log.warning)
         except OSError as error:
@@ -108,7 +127,7 @@ class DrainHistory:
             log.error("history: cannot read %s (%s): starting a new one", self.path, why)
             loaded = []
             self._set_aside()
-        self._entries: tuple[Entry, ...] = tuple(loaded[-keep:])
+        self._entries = tuple(loaded[-self.keep :])
 
     def entries(self) -> tuple[Entry, ...]:
         return self._entries
@@ -122,12 +141,17 @@ class DrainHistory:
 
     def append(self, entry: Mapping[str, object]) -> None:
         """Add or replace (same id) a drain: in memory at once, on disk now or at the next chance."""
-        entry = dict(entry)
         with self._lock:
-            others = tuple(e for e in self._entries if e.get("id") != entry["id"])
-            self._entries = (*others, entry)[-self.keep :]
-            self._unwritten = [e for e in self._unwritten if e.get("id") != entry["id"]] + [entry]
+            self._remember(entry)
             self._flush()
+
+    def write(self, entry: Mapping[str, object]) -> None:
+        """Add a drain and write it now, or raise the OSError that stopped it: for a process that records
+        one drain and says itself when it could not (a drill). Reads the file under the lock first, so its
+        rotation, if due, keeps everyone's drains."""
+        with self._lock:
+            self._remember(entry)
+            self._write(reread=True)
 
     def retry(self) -> None:
         """Write what a failed write left in memory (the loop calls this now and then)."""
@@ -139,14 +163,15 @@ class DrainHistory:
     def unwritten(self) -> int:
         return len(self._unwritten)
 
+    def _remember(self, entry: Mapping[str, object]) -> None:
+        entry = dict(entry)
+        others = tuple(e for e in self._entries if e.get("id") != entry["id"])
+        self._entries = (*others, entry)[-self.keep :]
+        self._unwritten = [e for e in self._unwritten if e.get("id") != entry["id"]] + [entry]
+
     def _flush(self) -> None:
-        data = b"".join(_line(e) for e in self._unwritten)
         try:
-            if self._lines + len(self._unwritten) > self.keep + self.keep // 2 or self._size() > MAX_BYTES:
-                self._rewrite()
-            else:
-                self._append(data)
-                self._lines += len(self._unwritten)
+            self._write(reread=False)
         except OSError as error:
             if self.write_error is None or self.write_error.errno != error.errno:
                 log.error(
@@ -158,7 +183,52 @@ class DrainHistory:
         if self.write_error is not None:
             log.warning("history: %s written again", self.path)
         self.write_error = None
+
+    def _write(self, *, reread: bool) -> None:
+        """Under the lock: append what is unwritten, or rewrite the whole file when it is due."""
+        with self._locked():
+            if reread:
+                self._merge()
+            if self._lines + len(self._unwritten) > self.keep + self.keep // 2 or self._size() > MAX_BYTES:
+                self._rewrite()
+            else:
+                self._append(b"".join(_line(e) for e in self._unwritten))
+                self._lines += len(self._unwritten)
         self._unwritten = []
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """flock(2) on LOCK_FILE: one writer at a time across processes (the daemon, a drill)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(os.path.join(self.dir, LOCK_FILE), flags, 0o600)
+        try:
+            give_up = time.monotonic() + LOCK_WAIT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= give_up:
+                        held = f"{LOCK_FILE} held by another process for {LOCK_WAIT:g} s"
+                        raise OSError(errno.EAGAIN, held, self.path) from None
+                    time.sleep(0.01)  # a drill's write holds it for milliseconds
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _merge(self) -> None:
+        """Take in the drains another process wrote (by id, its last line; ordered by start); this
+        process's own stay as it has them (they may be newer than the file: a failed write)."""
+        try:
+            on_disk, self._lines = _read(self.path, None)
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            on_disk = []  # a symlink: never read, and the rewrite replaces it
+        mine = {e.get("id") for e in self._entries}
+        merged = [*self._entries, *(e for e in on_disk if e.get("id") not in mine)]
+        merged.sort(key=_started)  # stable: equal starts keep their order
+        self._entries = tuple(merged)
 
     def _size(self) -> int:
         try:
@@ -183,9 +253,15 @@ class DrainHistory:
             os.close(fd)
 
     def _rewrite(self) -> None:
-        """Keep the newest `keep` drains younger than MAX_AGE (the newest always) and under MAX_BYTES."""
+        """Keep the newest `keep` drains younger than MAX_AGE (the newest always, and those being written)
+        and under MAX_BYTES; first take in what other processes wrote since this one last looked."""
+        self._merge()
         now = self.clock.wall()
-        kept = [e for e in self._entries[:-1] if now - _started(e) <= MAX_AGE] + list(self._entries[-1:])
+        writing = {e.get("id") for e in self._unwritten}
+        kept = [e for e in self._entries[:-1] if e.get("id") in writing or now - _started(e) <= MAX_AGE]
+        kept += list(self._entries[-1:])
+        while len(kept) > self.keep:  # the oldest first, but never the newest nor one being written
+            kept.pop(next((i for i, e in enumerate(kept[:-1]) if e.get("id") not in writing), 0))
         lines = [_line(e) for e in kept]
         while len(lines) > 1 and sum(map(len, lines)) > MAX_BYTES // 2:
             lines.pop(0)
