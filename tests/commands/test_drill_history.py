@@ -39,6 +39,7 @@ def test_a_drill_is_in_the_history_with_each_process_and_how_it_ended(tmp_path: 
     assert sorted(by_end) == ["exited", "killed"], entry["processes"]
     assert by_end["exited"]["signals"] == ["SIGTERM"]
     assert by_end["killed"]["signals"] == ["SIGTERM", "SIGKILL"]
+    assert (by_end["exited"]["sigterm"], by_end["killed"]["sigterm"]) == ("caught", "ignored")
     words = history(tmp_path).stdout
     assert f"● drain {entry['id']}: timed_out  drill = rehearsal" in words, words
 

@@ -3,6 +3,8 @@ actions out."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +19,9 @@ from watchdog.core.drain import (
     SendSignal,
     SignalResult,
 )
+from watchdog.core.drain_record import Loss
 from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import SigtermDisposition
 
 
 def test_no_holders_is_done_at_once() -> None:
@@ -321,3 +325,14 @@ def test_a_finished_drain_keeps_its_deadline() -> None:
     c.observe_exit(A.identity, ExitStatus(code=0), T0 + 2)
     assert c.done
     assert not c.move_deadline(T0 + 1, T0 + 3)
+
+
+def test_each_process_keeps_the_sigterm_disposition_it_was_first_seen_with() -> None:
+    """Known before any signal (readiness): the record carries it, so a death whose status is unreadable
+    can still be told (tests/core/test_drain_record.py)."""
+    default = dataclasses.replace(A, sigterm=SigtermDisposition.DEFAULT)
+    c = started(default, B)
+    assert c.record.processes[A.identity].sigterm is SigtermDisposition.DEFAULT
+    assert c.record.processes[B.identity].sigterm is None  # /proc did not say
+    c.observe_exit(A.identity, ExitStatus(), T0 + 0.1)  # reaped by its parent: status unknown
+    assert c.record.processes[A.identity].loss() is Loss.SIGTERM_DEFAULT

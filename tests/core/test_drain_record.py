@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from watchdog.core.drain_record import (
+    Death,
     DrainRecord,
     End,
     ExitStatus,
@@ -17,7 +18,7 @@ from watchdog.core.drain_record import (
     SignalResult,
 )
 from watchdog.core.process import ProcessIdentity
-from watchdog.core.vocabulary import Outcome
+from watchdog.core.vocabulary import Outcome, SigtermDisposition
 
 
 @pytest.mark.parametrize(
@@ -150,3 +151,33 @@ def test_a_drain_that_exited_still_reports_the_job_that_died_of_sigterm_as_lost(
     assert "saved no checkpoint" in r.summary()
     r.dry_run = True
     assert r.losses() == {}  # a dry run sent nothing, so it cost nothing
+
+
+@pytest.mark.parametrize(
+    ("disposition", "status", "signalled", "death"),
+    [
+        (SigtermDisposition.DEFAULT, None, True, Death.INFERRED),  # its parent reaped it: the usual case
+        (SigtermDisposition.DEFAULT, ExitStatus(), True, Death.INFERRED),
+        (SigtermDisposition.DEFAULT, ExitStatus(code=0), True, None),  # it said otherwise: believed
+        (SigtermDisposition.DEFAULT, None, False, None),  # never signalled: nothing to infer
+        (SigtermDisposition.CAUGHT, ExitStatus(), True, None),
+        (SigtermDisposition.IGNORED, ExitStatus(), True, None),
+        (None, ExitStatus(), True, None),  # /proc did not say
+        (SigtermDisposition.CAUGHT, ExitStatus(signal=15), True, Death.SEEN),  # the status outranks it
+    ],
+)
+def test_a_death_of_sigterm_s_default_action_is_seen_or_inferred_from_the_disposition(
+    disposition: SigtermDisposition | None, status: ExitStatus | None, signalled: bool, death: Death | None
+) -> None:
+    proc = ProcessRecord(ProcessIdentity(7, 1), "jax", ("/dev/accel0",), 0.0, sigterm=disposition)
+    if signalled:
+        proc.signals.append(SentSignal(signal.SIGTERM, 0.0, SignalResult.SENT))
+    proc.end, proc.ended_at, proc.exit_status = End.EXITED, 0.05, status
+    assert proc.sigterm_death is death
+    assert (proc.loss() is Loss.SIGTERM_DEFAULT) is (death is not None)
+    line = proc.describe(0.0)
+    assert ("inferred" in line) is (death is Death.INFERRED), line
+    r = DrainRecord(started=0.0, started_wall=1.7e9, deadline=300.0, on_timeout="kill", dry_run=False)
+    r.processes[proc.identity] = proc
+    [shown] = r.to_dict()["processes"]
+    assert shown["sigterm"] == (disposition.value if disposition else None)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
-from watchdog.core.drain_record import DrainRecord, End, Loss, ProcessRecord, SignalResult
+from watchdog.core.drain_record import Death, DrainRecord, End, Loss, ProcessRecord, SignalResult
 from watchdog.core.lifecycle import drain_id_at
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import DRILL_EVENT_KEY, DRILL_EVENT_VALUE, Outcome
@@ -106,9 +106,14 @@ def verdict(proc: ProcessRecord, started: float, dry_run: bool) -> tuple[bool, s
     if loss is Loss.KILLED:
         return False, f"{who}: NEEDED SIGKILL: still holding the TPU at the deadline; its progress is lost"
     if loss is Loss.SIGTERM_DEFAULT:
+        inferred = (
+            " (inferred: its SIGTERM was at the default before the signal; its exit status could not be read)"
+            if proc.sigterm_death is Death.INFERRED
+            else ""
+        )
         return False, (
             f"{who}: DID NOT HANDLE SIGTERM: died of its default action after {took}, so it saved no "
-            "checkpoint (a JAX job needs jax.distributed.initialize() for its preemption handler)"
+            f"checkpoint{inferred} (a JAX job needs jax.distributed.initialize() for its preemption handler)"
         )
     if loss is Loss.STILL_RUNNING:
         return False, f"{who}: STILL RUNNING after the grace (on_timeout = leave)"

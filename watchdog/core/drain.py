@@ -283,8 +283,9 @@ class DrainCore:
         """Start recording a holder; SIGTERM it unless an earlier run of the daemon (or an earlier drain of
         the same event) already did."""
         proc = ProcessRecord(
-            holder.identity, holder.name, holder.devices, first_seen=now, late_arrival=late, uid=holder.uid
-        )
+            holder.identity, holder.name, holder.devices, first_seen=now, late_arrival=late, uid=holder.uid,
+            sigterm=holder.sigterm,
+        )  # fmt: skip
         self.record.processes[holder.identity] = proc
         self._pending[holder.identity] = None
         for signum in sorted(self._already.get(holder.identity, ())):

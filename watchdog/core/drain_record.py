@@ -11,7 +11,7 @@ import signal
 from dataclasses import dataclass, field
 
 from watchdog.core.process import ProcessIdentity
-from watchdog.core.vocabulary import OnTimeout, Outcome
+from watchdog.core.vocabulary import OnTimeout, Outcome, SigtermDisposition
 
 
 class SignalResult(str, enum.Enum):
@@ -81,6 +81,19 @@ class ExitStatus:
 UNKNOWN_EXIT = ExitStatus()
 
 
+INFERRED_DEATH = (
+    "died of SIGTERM's default action, inferred: its SIGTERM was at the default (no handler) when it was "
+    "seen before the signal, so it saved no checkpoint (its exit status could not be read)"
+)
+
+
+class Death(str, enum.Enum):
+    """How it is known that a process died of SIGTERM's default action."""
+
+    SEEN = "seen"  # its exit status says so (killed by SIGTERM, or exit 143)
+    INFERRED = "inferred"  # its exit status is unknown; its SIGTERM was at the default before the signal
+
+
 @dataclass(frozen=True)
 class SentSignal:
     signum: int
@@ -102,6 +115,7 @@ class ProcessRecord:
     exit_status: ExitStatus | None = None
     late_arrival: bool = False  # opened a device after the drain's first wave (e.g. a restarted job)
     uid: int | None = None  # its owner (the history names the user); None: not known
+    sigterm: SigtermDisposition | None = None  # its SIGTERM disposition when first seen, before any signal
 
     def sent(self, signum: int) -> list[SentSignal]:
         return [s for s in self.signals if s.signum == signum and s.result is SignalResult.SENT]
@@ -120,11 +134,25 @@ class ProcessRecord:
     def pending(self) -> bool:
         return self.end is None
 
+    @property
+    def sigterm_death(self) -> Death | None:
+        """Whether it died of SIGTERM's default action: SEEN in its exit status, or INFERRED when that
+        status is unknown (its parent reaped it first: the usual case, the daemon is not its parent) from
+        the disposition seen before the signal (default: nothing else can follow a SIGTERM)."""
+        if self.end is not End.EXITED or self.killed:
+            return None
+        status = self.exit_status
+        if status is not None and status.known:
+            return Death.SEEN if status.died_of_sigterm else None
+        if self.sigterm is SigtermDisposition.DEFAULT and self.sent(signal.SIGTERM):
+            return Death.INFERRED
+        return None
+
     def loss(self) -> Loss | None:
         """Why it lost its progress, once its drain is over (None: it kept it, or never had to save)."""
         if self.killed:
             return Loss.KILLED
-        if self.end is End.EXITED and self.exit_status is not None and self.exit_status.died_of_sigterm:
+        if self.sigterm_death is not None:
             return Loss.SIGTERM_DEFAULT
         if self.end is None:
             return Loss.STILL_RUNNING
@@ -149,8 +177,10 @@ class ProcessRecord:
             # Not our child, its status may be unreadable; after a SIGKILL it can only have been that.
             shown = "killed by SIGKILL" if self.killed and not status.known else str(status)
             parts.append(f"{shown} at {t(self.ended_at)}")
-            if status.died_of_sigterm:
+            if self.sigterm_death is Death.SEEN:
                 parts.append("SIGTERM's default action: it had no handler, so it saved no checkpoint")
+            elif self.sigterm_death is Death.INFERRED:
+                parts.append(INFERRED_DEATH)
         elif self.end is End.RELEASED:
             parts.append(f"released the device at {t(self.ended_at)}, still running (not killed)")
         elif self.end is End.GONE:
@@ -215,10 +245,7 @@ class DrainRecord:
             "exited": sum(p.end is End.EXITED and not p.killed for p in procs),
             "killed": sum(p.killed for p in procs),
             "released": sum(p.end is End.RELEASED for p in procs),
-            "died of SIGTERM's default action": sum(
-                p.end is End.EXITED and p.exit_status is not None and p.exit_status.died_of_sigterm
-                for p in procs
-            ),
+            "died of SIGTERM's default action": sum(p.sigterm_death is not None for p in procs),
             "still running": sum(p.pending for p in procs),
             "lost its progress": len(self.losses()),
         }
@@ -261,6 +288,7 @@ class DrainRecord:
                     "killed": p.killed,
                     "exit_status": str(p.exit_status) if p.exit_status else None,
                     "late_arrival": p.late_arrival,
+                    "sigterm": p.sigterm.value if p.sigterm else None,
                     "loss": losses[p.identity].value if p.identity in losses else None,
                 }
                 for p in self.processes.values()

@@ -6,7 +6,9 @@ and the deadline, nothing done yet), its record when it ends (`entry_from_record
 file kept from before a restart), or only the state file (`entry_from_saved`: the daemon died and the drain
 cannot be finished, e.g. the host rebooted). Times are RFC 3339 UTC; per process, offsets in seconds from the
 drain's start. `end` is one of `ENDS`; `exit_status`/`exit_signal` are null where they cannot be known (a
-process that is not the daemon's child leaves no exit status to read).
+process that is not the daemon's child leaves no exit status to read); `sigterm` is the disposition seen
+before the signal, from which such a process's death of SIGTERM's default action is inferred (`detail`).
+An entry written before a field existed lacks it: readers take a missing field as null.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from watchdog.core.clock import utc_text
-from watchdog.core.drain_record import DrainRecord, End, ProcessRecord, SignalResult
+from watchdog.core.drain_record import INFERRED_DEATH, Death, DrainRecord, End, ProcessRecord, SignalResult
 from watchdog.core.process import ProcessIdentity
 from watchdog.store.records import SignalRecord
 
@@ -26,6 +28,7 @@ ENTRY_VERSION = 1
 EXITED, RELEASED, KILLED, STILL_RUNNING, UNKNOWN = "exited", "released", "killed", "still_running", "unknown"
 ENDS = (EXITED, RELEASED, KILLED, STILL_RUNNING, UNKNOWN)  # unknown: the daemon could not see how it ended
 NO_HANDLER = "died of SIGTERM's default action: it had no handler, so it saved no checkpoint"
+SIGTERM_DEATHS = (NO_HANDLER, INFERRED_DEATH)  # the details of a process that died of SIGTERM's default
 _DETAIL = {
     End.GONE: "gone before it was signalled",
     End.IDENTITY_CHANGED: "its PID was reused before the signal: never signalled",
@@ -165,8 +168,9 @@ def _from_record(
         end = KILLED
     elif proc.end in (End.EXITED, End.GONE, End.IDENTITY_CHANGED):
         end = EXITED
-        if status is not None and status.signal == signal.SIGTERM:
-            detail = NO_HANDLER
+        death = proc.sigterm_death
+        if death is not None:
+            detail = NO_HANDLER if death is Death.SEEN else INFERRED_DEATH
     elif proc.end is End.RELEASED:
         end = RELEASED
     else:
@@ -176,6 +180,7 @@ def _from_record(
         proc.identity, proc.name, proc.uid, list(proc.devices), sent, not_sent, end,
         _offset(facts, ended_after), status.code if status else None,
         signal_name(status.signal) if status and status.signal else None, proc.late_arrival, detail,
+        proc.sigterm.value if proc.sigterm else None,
     )  # fmt: skip
 
 
@@ -184,14 +189,14 @@ def _from_file(facts: DrainFacts, records: list[SignalRecord], end: str, detail:
     not_sent = {r.signal: r.result for r in records if r.result not in (None, "sent")}
     first = records[0]
     return _process(
-        first.identity, first.name, None, [], sent, not_sent, end, None, None, None, False, detail
-    )
+        first.identity, first.name, None, [], sent, not_sent, end, None, None, None, False, detail, None
+    )  # the state file does not keep the disposition
 
 
 def _process(
     identity: ProcessIdentity, name: str, uid: int | None, devices: list[str], sent: dict[str, float | None],
     not_sent: Mapping[str, str | None], end: str, ended_after: float | None, exit_status: int | None,
-    exit_signal: str | None, late: bool, detail: str | None,
+    exit_signal: str | None, late: bool, detail: str | None, sigterm: str | None,
 ) -> dict[str, object]:  # fmt: skip
     return {
         "pid": identity.pid,
@@ -208,6 +213,7 @@ def _process(
         "exit_status": exit_status,
         "exit_signal": exit_signal,
         "late_arrival": late,
+        "sigterm": sigterm,  # caught, ignored, default: as seen before the signal; null when not known
         "detail": detail,
     }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from watchdog.store.drain_entry import EXITED, KILLED, NO_HANDLER, RELEASED, STILL_RUNNING, UNKNOWN
+from watchdog.store.drain_entry import EXITED, KILLED, RELEASED, SIGTERM_DEATHS, STILL_RUNNING, UNKNOWN
 
 Entry = Mapping[str, object]
 
@@ -55,7 +55,7 @@ def totals(entry: Entry) -> str:
     counts: dict[str, int] = {}
     for p in procs:
         end, signals = p.get("end"), _signals(p)
-        if end == EXITED and p.get("detail") == NO_HANDLER:
+        if end == EXITED and p.get("detail") in SIGTERM_DEATHS:
             what = "died of SIGTERM's default action (no checkpoint)"
         elif end == EXITED:
             what = "exited on SIGTERM" if "SIGTERM" in signals else "exited before being signalled"
@@ -86,11 +86,12 @@ def process_line(proc: Mapping[str, object], *, dry_run: bool = False, live: boo
     elif end == EXITED:
         status = proc.get("exit_status")
         code = f" {status}" if isinstance(status, int) else ""
-        no_handler = proc.get("detail") == NO_HANDLER
+        no_handler = proc.get("detail") in SIGTERM_DEATHS
         killer = f" (killed by {proc['exit_signal']})" if proc.get("exit_signal") and not no_handler else ""
         how = f"{'gone: ' if live else ''}exited{code}{killer} after {_secs(after)}"
     elif end == KILLED:
-        how = "killed" + (f", gone after {_secs(after)}" if _num(after) is not None else "")
+        gone = f", gone after {_secs(after)}" if _num(after) is not None else ""
+        how = f"killed{gone}: it never left on its own (progress since its last checkpoint lost)"
     elif end == RELEASED:
         how = f"released the device after {_secs(after)}, still running"
     elif end == UNKNOWN:

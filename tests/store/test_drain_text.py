@@ -1,0 +1,64 @@
+"""store/drain_text.py: a drain of the history in words, from entries of this version and of older ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.store.test_drain_entry import FACTS, A, B, record
+from watchdog.core.drain_record import INFERRED_DEATH
+from watchdog.core.vocabulary import SigtermDisposition
+from watchdog.store.drain_entry import entry_from_record
+from watchdog.store.drain_text import block, totals
+from watchdog.store.history import HISTORY_FILE, load_entries
+
+
+def test_a_default_disposition_and_an_unknown_exit_status_read_as_a_death_of_sigterm_inferred() -> None:
+    rec = record()
+    proc = rec.processes[A]  # exited after SIGTERM; its parent reaped it, so its status is unknown
+    proc.sigterm, proc.exit_status = SigtermDisposition.DEFAULT, None
+    entry = entry_from_record(FACTS, rec)
+    [shown] = [p for p in entry["processes"] if p["pid"] == A.pid]  # type: ignore[attr-defined]
+    assert (shown["sigterm"], shown["end"], shown["exit_status"]) == ("default", "exited", None)
+    assert shown["detail"] == INFERRED_DEATH
+    words = "\n".join(block(entry))
+    [line] = [line for line in words.splitlines() if f" {A.pid} " in line]
+    assert "exited after 2.50 s: died of SIGTERM's default action, inferred" in line, line
+    assert "seen before the signal, so it saved no checkpoint" in line
+    assert "2 died of SIGTERM's default action (no checkpoint)" in totals(entry)  # and C, its status seen
+
+
+def test_a_caught_sigterm_with_an_unknown_status_is_a_plain_exit() -> None:
+    rec = record()
+    rec.processes[A].sigterm, rec.processes[A].exit_status = SigtermDisposition.CAUGHT, None
+    entry = entry_from_record(FACTS, rec)
+    assert "1 exited on SIGTERM" in totals(entry)
+    assert INFERRED_DEATH not in "\n".join(block(entry))
+
+
+def test_a_killed_process_never_left_on_its_own() -> None:
+    entry = entry_from_record(FACTS, record())
+    [line] = [line for line in block(entry) if f" {B.pid} " in line]
+    assert "SIGKILL +5.0 min killed, gone after 5.0 min: it never left on its own" in line, line
+
+
+def test_an_entry_of_an_older_version_without_the_newer_fields_loads_and_reads(tmp_path: Path) -> None:
+    """As a daemon before `sigterm` and `host` wrote it: the file stays loadable, the words the same."""
+    old = {
+        "version": 1, "id": "20270115T080000.250Z", "event": {"key": "instance/preempted", "value": "TRUE"},
+        "event_ids": [], "late": False, "dry_run": False, "on_timeout": "kill",
+        "started": "2027-01-15T08:00:00.250Z", "deadline": "2027-01-15T08:05:00.250Z",
+        "ended": "2027-01-15T08:00:01.250Z", "duration": 1.0, "outcome": "exited", "notes": [],
+        "processes": [{
+            "pid": 7, "start_time": 1, "name": "jax", "user": "root", "uid": 0, "devices": [],
+            "signals": ["SIGTERM"], "sent_after": {"SIGTERM": 0.0}, "not_sent": {}, "end": "exited",
+            "ended_after": 1.0, "exit_status": None, "exit_signal": None, "late_arrival": False,
+            "detail": None,
+        }],
+    }  # fmt: skip
+    (tmp_path / HISTORY_FILE).write_text(json.dumps(old) + "\n")
+    [entry] = load_entries(str(tmp_path / HISTORY_FILE))
+    assert entry == old
+    words = "\n".join(block(entry))
+    assert "1 process: 1 exited on SIGTERM" in words
+    assert "inferred" not in words  # no disposition on file: nothing to infer from
