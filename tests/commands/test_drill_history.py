@@ -35,6 +35,7 @@ def test_a_drill_is_in_the_history_with_each_process_and_how_it_ended(tmp_path: 
     assert f"recorded in the drain history as {entry['id']}" in done.stdout
     assert entry["event"] == {"key": "drill", "value": "rehearsal"}
     assert (entry["dry_run"], entry["outcome"], entry["on_timeout"]) == (False, "timed_out", "kill")
+    assert entry["host"] == {}  # a drill does not ask the metadata server who this host is
     by_end: dict[str, dict[str, Any]] = {p["end"]: p for p in entry["processes"]}
     assert sorted(by_end) == ["exited", "killed"], entry["processes"]
     assert by_end["exited"]["signals"] == ["SIGTERM"]

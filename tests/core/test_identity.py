@@ -6,12 +6,14 @@ import pytest
 
 from watchdog.core.identity import (
     AGENT_WORKER_NUMBER,
+    HOST_FIELDS,
     INSTANCE_ID,
     TPU_ENV,
     WORKER_ENDPOINTS,
     WORKER_ID,
     ZONE,
     HostIdentity,
+    host_fields,
     identity_from,
     parse_endpoints,
     parse_tpu_env,
@@ -100,3 +102,20 @@ def test_a_long_value_never_becomes_a_label() -> None:
     identity, problems = identity_from({TPU_ENV: f"NODE_ID: '{'n' * 200}'\n"})
     assert identity.tpu_node == ""
     assert problems
+
+
+def test_the_host_object_of_webhooks_and_history_every_field_or_the_known_ones() -> None:
+    identity = HostIdentity(
+        instance_id="42", instance_name="t1v-n-0", zone="us-central2-b", accelerator_type="v4-16",
+        worker_id="1", tpu_node="train-a", slice_hosts=2, slice_id="0", num_slices="2",
+        multislice_coordinator="10.130.0.5:8080",
+    )  # fmt: skip
+    assert host_fields(identity.labels()) == {
+        "instance_id": "42", "name": "t1v-n-0", "zone": "us-central2-b", "accelerator_type": "v4-16",
+        "worker": "1", "tpu_node": "train-a", "slice_id": "0", "num_slices": "2",
+        "multislice_coordinator": "10.130.0.5:8080",
+    }  # fmt: skip
+    partial = HostIdentity(zone="us-central2-b", worker_id="1").labels()  # the metadata server is slow
+    assert host_fields(partial, known_only=True) == {"zone": "us-central2-b", "worker": "1"}
+    assert set(host_fields(partial)) == set(HOST_FIELDS)  # a webhook: every field, "" where unknown
+    assert host_fields(HostIdentity().labels(), known_only=True) == {}

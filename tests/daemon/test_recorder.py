@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
+from watchdog.core.identity import host_fields
 from watchdog.core.vocabulary import FINISHED_OUTCOMES
+from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.store.history import HISTORY_FILE, load_entries
 
@@ -66,3 +69,24 @@ def test_a_real_drain_counts_and_its_history_says_so(
         assert harness.metric("tpu_watchdog_history_persisted") == 1
         (entry,) = harness.daemon.recorder.history.entries()
         assert (entry["outcome"], entry["dry_run"]) == ("exited", False)
+        assert entry["host"] == {}  # the identity is not asked for here: nothing known, nothing said
+
+
+def test_each_entry_names_its_host_as_the_webhooks_do_with_what_is_known(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    fake.set_identity(TpuIdentity("v5litepod-16", "train-b", worker=2, hosts=4, slice_id=1, num_slices=2,
+                                  coordinator="10.130.0.2:8476"))  # fmt: skip
+    workloads.start("handled")
+    with DaemonHarness(tmp_path / "state", fake, workloads, host_info=True) as harness:
+        known = wait_for(lambda: harness.daemon.view.host["multislice_coordinator"], 30, what="the identity")
+        fake.set(MAINTENANCE, TERMINATE)
+        harness.wait_metric("tpu_watchdog_drains_total", 1, outcome="exited")
+        labels = harness.daemon.view.host
+    [entry] = load_entries(str(tmp_path / "state" / HISTORY_FILE))
+    assert entry["host"] == {k: v for k, v in host_fields(labels).items() if v}  # the webhooks' fields
+    assert entry["host"]["tpu_node"] == "train-b"
+    assert (entry["host"]["slice_id"], entry["host"]["num_slices"]) == ("1", "2")
+    assert entry["host"]["multislice_coordinator"] == known
+    assert entry["host"]["worker"] == "2"
+    assert "" not in entry["host"].values()  # only what is known

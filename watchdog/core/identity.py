@@ -63,6 +63,27 @@ class HostIdentity:
 
 LABELS = tuple(HostIdentity().labels())
 
+# The `host` object of a webhook body and of a history entry, and the identity label each field comes
+# from: the instance, and its slice (the TPU node) and Multislice job where it has them.
+HOST_FIELDS = {
+    "instance_id": "instance_id",
+    "name": "instance_name",
+    "zone": "zone",
+    "accelerator_type": "accelerator_type",
+    "worker": "worker_id",
+    "tpu_node": "tpu_node",
+    "slice_id": "slice_id",
+    "num_slices": "num_slices",
+    "multislice_coordinator": "multislice_coordinator",
+}
+
+
+def host_fields(labels: Mapping[str, str], known_only: bool = False) -> dict[str, str]:
+    """The `host` object webhooks and the history name this host by, from the identity's labels
+    (`HostIdentity.labels()`): every field, "" where unknown, or (`known_only`) the known ones."""
+    fields = {name: labels.get(fact, "") for name, fact in HOST_FIELDS.items()}
+    return {name: value for name, value in fields.items() if value or not known_only}
+
 
 def parse_tpu_env(text: str) -> tuple[dict[str, str], int]:
     """The `KEY: 'value'` lines of tpu-env (quotes optional), and how many lines were not such a line."""

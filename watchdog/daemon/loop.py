@@ -103,8 +103,10 @@ class Daemon:
         self.lifecycle = Lifecycle.restored(
             saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run
         )
-        self.recorder = DrainRecorder(store, config, metrics, self.clock, saved, self.lifecycle)
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
+        self.recorder = DrainRecorder(
+            store, config, metrics, self.clock, saved, self.lifecycle, host=lambda: self.view.host
+        )
         self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
         self._identity = identity

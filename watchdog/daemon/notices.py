@@ -21,22 +21,11 @@ from collections.abc import Callable, Mapping
 
 from watchdog.core.clock import Clock, time_left, utc_time
 from watchdog.core.drain_record import DrainRecord, End, ProcessRecord, SignalResult
+from watchdog.core.identity import host_fields
 from watchdog.core.lifecycle import Event
 from watchdog.core.vocabulary import WatchedKey
 from watchdog.surface.webhooks import WebhookSender
 
-# The body's `host` fields and the identity labels they come from (core/identity.py `HostIdentity`):
-# the instance, and its slice (the TPU node) and Multislice job where it has them.
-HOST_FIELDS = {
-    "instance_id": "instance_id",
-    "name": "instance_name",
-    "zone": "zone",
-    "accelerator_type": "accelerator_type",
-    "worker": "worker_id",
-    "tpu_node": "tpu_node",
-    "slice_id": "slice_id",
-    "num_slices": "num_slices",
-}
 RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (4 tries: 7 s of backoff)
 RETIRED = "a reload replaced the webhooks before it was sent"
 
@@ -113,7 +102,7 @@ class Notices:
         body: dict[str, object] = {
             "type": kind,
             "time": utc_time(self.clock.wall()),
-            "host": {name: host.get(fact, "") for name, fact in HOST_FIELDS.items()},
+            "host": host_fields(host),
             "event": None
             if event is None
             else {"key": WatchedKey(event.source).path, "value": event.value, "id": event.event_id},

@@ -1,9 +1,10 @@
 """The daemon's account of its drains: the history (`store/history.py`) and the drain counters.
 
 A drain enters the history when it starts (written after the state file, so it never delays a signal) and
-again when it ends. A drain the daemon cannot finish is written from what the state file kept: one being
-cancelled when the daemon stopped (`Lifecycle.restored` ends it) and one of a previous boot (the host went
-down mid-drain). A rehearsal (dry run) is recorded like any drain, with `dry_run: true`, and counted apart
+again when it ends, each time with the host's identity as far as it is known then (`host`). A drain the
+daemon cannot finish is written from what the state file kept: one being cancelled when the daemon stopped
+(`Lifecycle.restored` ends it) and one of a previous boot (the host went down mid-drain). A rehearsal (dry
+run) is recorded like any drain, with `dry_run: true`, and counted apart
 (`tpu_watchdog_dry_run_drains_total`): it is never a real outcome in `tpu_watchdog_drains_total`, so no
 alert pages on it.
 """
@@ -11,12 +12,13 @@ alert pages on it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord
+from watchdog.core.identity import host_fields
 from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, WatchedKey
@@ -40,12 +42,13 @@ def alive(identity: ProcessIdentity) -> bool:
 class DrainRecorder:
     def __init__(
         self, store: StateStore, config: Config, metrics: Metrics, clock: Clock, saved: SavedState,
-        lifecycle: Lifecycle,
+        lifecycle: Lifecycle, host: Callable[[], Mapping[str, str]] = dict,
     ) -> None:  # fmt: skip
         """The history of `store`'s directory; the drain `saved` had that `lifecycle` will not resume is
-        written to it at once (see `restored`)."""
+        written to it at once (see `restored`). `host`: the identity's labels as known now (`StatusView`);
+        each entry names its host by them (the fields of a webhook's `host`, the known ones)."""
         self.history = DrainHistory(store.dir, clock=clock)
-        self.store, self.config, self.metrics, self.clock = store, config, metrics, clock
+        self.store, self.config, self.metrics, self.clock, self.host = store, config, metrics, clock, host
         self._recorded: set[str] = set()  # drains of this run whose start is in the history
         self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
         self._next_retry = 0.0
@@ -147,9 +150,13 @@ class DrainRecorder:
             key, value = str(event.get("key", "")), str(event.get("value", ""))
         if dry_run is None:
             dry_run = bool(opened.get("dry_run", self.config.dry_run))
+        host = host_fields(self.host(), known_only=True)
+        known = opened.get("host")
+        if not host and isinstance(known, dict):  # not answered yet since a restart: what it was then
+            host = {str(k): str(v) for k, v in known.items()}
         return DrainFacts(
             drain.drain_id, drain.started, drain.deadline, key, value, tuple(drain.event_ids), dry_run,
-            drain.late, self.config.on_timeout,
+            drain.late, self.config.on_timeout, host,
         )  # fmt: skip
 
     def _persisted(self) -> None:

@@ -17,7 +17,7 @@ import functools
 import pwd
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from watchdog.core.clock import utc_text
 from watchdog.core.drain_record import INFERRED_DEATH, Death, DrainRecord, End, ProcessRecord, SignalResult
@@ -41,7 +41,8 @@ Alive = Callable[[ProcessIdentity], bool]
 @dataclass(frozen=True)
 class DrainFacts:
     """What the daemon knows of a drain besides its record: its id, start and deadline (wall seconds, the
-    first start of a resumed drain), the event it serves and how it runs."""
+    first start of a resumed drain), the event it serves, how it runs, and the host's identity as far as
+    it is known (empty before the metadata server answered, and for a drill)."""
 
     drain_id: str
     started: float
@@ -52,6 +53,7 @@ class DrainFacts:
     dry_run: bool = False
     late: bool = False
     on_timeout: str = "kill"
+    host: Mapping[str, str] = field(default_factory=dict)  # core/identity.py host_fields: the known ones
 
 
 @functools.lru_cache(maxsize=256)
@@ -128,6 +130,7 @@ def _entry(
     return {
         "version": ENTRY_VERSION,
         "id": facts.drain_id,
+        "host": dict(facts.host),
         "event": {"key": facts.event_key, "value": facts.event_value},
         "event_ids": list(facts.event_ids),
         "late": facts.late,
