@@ -7,6 +7,7 @@ import signal
 
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.host.holders import HolderScanner
 
 
@@ -38,3 +39,14 @@ def test_nothing_matching_the_patterns_means_nobody(workloads: Workloads) -> Non
     workloads.start("report")
     index = OwnScanner(workloads).scan().holders
     assert HolderScanner(patterns=[str(workloads.device) + ".absent"]).recheck(index) == []
+
+
+def test_the_sigterm_disposition_is_read_again_not_taken_from_the_index(workloads: Workloads) -> None:
+    """A job installs its handler as it starts, after the idle scan may have seen it: the drain keeps the
+    disposition seen before its signal, so the re-check reads the one of now."""
+    workloads.start("handled")
+    (indexed,) = OwnScanner(workloads).scan().holders
+    assert indexed.sigterm is SigtermDisposition.CAUGHT
+    stale = dataclasses.replace(indexed, sigterm=SigtermDisposition.DEFAULT)  # as an earlier scan saw it
+    (again,) = HolderScanner(patterns=[str(workloads.device)]).recheck([stale])
+    assert again.sigterm is SigtermDisposition.CAUGHT

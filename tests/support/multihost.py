@@ -9,9 +9,11 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.support.waiting import wait_for
 from tests.support.workloads import UniqueDevice
 from watchdog.fake.hosts import Cluster, Job, SimulatedHost, missing
 
@@ -49,3 +51,26 @@ def readiness(hosts: Cluster, host: SimulatedHost) -> tuple[int, list[str | None
     done = host.inside(argv, 60, hosts.env)
     verdicts = json.loads(done.stdout) if done.stdout.strip() else []
     return done.returncode, [v["sigterm"] for v in verdicts]
+
+
+def state_dir(host: SimulatedHost) -> Path:
+    """The state directory `host`'s daemon runs with (fake/hosts.py): its history is there."""
+    return host.directory / "state"
+
+
+def history(hosts: Cluster, host: SimulatedHost) -> tuple[list[dict[str, Any]], str]:
+    """`tpu-watchdog history` on `host` (in its namespaces, as an SRE there): (the `--json` list, newest
+    first; the words)."""
+    argv = [sys.executable, "-m", "watchdog", "history", "--state-dir", str(state_dir(host))]
+    listed = host.inside([*argv, "--json"], 60, hosts.env)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    words = host.inside(argv, 60, hosts.env)
+    assert words.returncode == 0, words.stdout + words.stderr
+    entries: list[dict[str, Any]] = json.loads(listed.stdout)
+    return entries, words.stdout
+
+
+def finished_drains(hosts: Cluster, host: SimulatedHost, timeout: float) -> tuple[list[dict[str, Any]], str]:
+    """`history` once its newest drain has ended (the daemon writes the end just after /status shows it)."""
+    return wait_for(lambda: (h := history(hosts, host))[0] and h[0][0]["outcome"] and h, timeout,
+                    interval=0.5, what="the drain's end in the history")  # fmt: skip

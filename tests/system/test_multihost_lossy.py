@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.multihost import announce, needs_hosts, readiness, started
+from tests.support.multihost import (
+    announce,
+    finished_drains,
+    history,
+    needs_hosts,
+    readiness,
+    started,
+    state_dir,
+)
 from tests.support.waiting import wait_for
 from watchdog.exitcodes import EXIT_LOST
 from watchdog.fake.hosts import Cluster, Job, SimulatedHost
@@ -66,9 +74,17 @@ def test_a_job_without_distributed_initialize_dies_of_sigterm_without_saving(tmp
         else:
             assert process["exit_status"] == "unknown", process
         nothing_saved_for_the_event(hosts)
-        # TODO(hist: drain history): assert `tpu-watchdog history` says this process died of SIGTERM's
-        # default action without saving (its disposition was known before the signal; its exit status
-        # mostly is not), once store/history.py is on main.
+        # The history says how it died either way: its disposition was known before the signal.
+        [entry], words = finished_drains(hosts, host, 30)
+        [process] = entry["processes"]
+        assert (process["sigterm"], process["end"], process["signals"]) == ("default", "exited", ["SIGTERM"])
+        assert entry["host"].get("tpu_node") == "fake-slice-0", entry["host"]  # the host, as webhooks name it
+        [line] = [line for line in words.splitlines() if line.lstrip().startswith(f"{process['pid']} ")]
+        assert "died of SIGTERM's default action" in line, words
+        assert "saved no checkpoint" in line, words
+        inferred = "inferred: its SIGTERM was at the default (no handler) when it was seen before the signal"
+        assert (inferred in line) is (process["exit_status"] is None), words  # reaped by its parent first
+        assert "1 died of SIGTERM's default action (no checkpoint)" in words, words
 
 
 def test_a_python_handler_after_initialize_never_exits_and_is_killed_at_the_deadline(tmp_path: Path) -> None:
@@ -84,8 +100,8 @@ def test_a_python_handler_after_initialize_never_exits_and_is_killed_at_the_dead
         assert process["killed"], process
         assert "SIGTERM: will save later" in hosts.hosts[0].job_log.read_text()  # its handler ran, uselessly
         nothing_saved_for_the_event(hosts)
-        # TODO(hist: drain history): assert the history (and `drill`) say it never left on its own, once
-        # store/history.py is on main.
+        [entry], words = finished_drains(hosts, hosts.hosts[0], 30)
+        never_left_on_its_own(entry, words)
 
 
 def test_a_drill_shows_the_python_handler_job_never_leaves_on_its_own(tmp_path: Path) -> None:
@@ -93,9 +109,25 @@ def test_a_drill_shows_the_python_handler_job_never_leaves_on_its_own(tmp_path: 
     with started(tmp_path, lossy("handler-after-initialize"), CONFIG) as hosts:
         host = hosts.hosts[0]
         drill = [sys.executable, "-m", "watchdog", "drill", "--device", str(host.device),
-                 "--grace", str(GRACE)]  # fmt: skip
-        done = host.inside(drill, 60, hosts.env)
+                 "--grace", str(GRACE), "--state-dir", str(state_dir(host))]  # fmt: skip
+        done = host.inside(drill, 60, hosts.env)  # while the daemon runs, with its own history open
         assert done.returncode == EXIT_LOST, done.stdout + done.stderr
         assert "NEEDED SIGKILL: still holding the TPU at the deadline; its progress is lost" in done.stdout
         [end] = hosts.wait_exited(10)
         assert end.get("signal") == 9, end
+        [entry], words = history(hosts, host)  # the drill's drain: the daemon had none
+        assert f"recorded in the drain history as {entry['id']}" in done.stdout
+        assert (entry["event"], entry["dry_run"]) == ({"key": "drill", "value": "rehearsal"}, False)
+        assert f"● drain {entry['id']}: timed_out  drill = rehearsal" in words, words
+        never_left_on_its_own(entry, words)
+
+
+def never_left_on_its_own(entry: dict[str, Any], words: str) -> None:
+    """The history's account of the job whose Python handler disabled JAX's: SIGTERM caught, to no end."""
+    assert entry["outcome"] == "timed_out", entry
+    [process] = entry["processes"]
+    assert (process["signals"], process["end"], process["sigterm"]) == (["SIGTERM", "SIGKILL"], "killed",
+                                                                        "caught"), process  # fmt: skip
+    [line] = [line for line in words.splitlines() if line.lstrip().startswith(f"{process['pid']} ")]
+    assert "killed" in line, words
+    assert "it never left on its own (progress since its last checkpoint lost)" in line, words

@@ -256,7 +256,8 @@ class HolderScanner:
     def recheck(self, holders: Iterable[Holder]) -> list[Holder]:
         """Those of `holders` (an earlier scan: the warm index) that are still the same process and still
         hold a device, read from their own /proc entries only: a few reads each, whatever the host's size.
-        The start time is read before and after the fd links, so a PID reused meanwhile never passes."""
+        The start time is read before and after the fd links, so a PID reused meanwhile never passes; the
+        SIGTERM disposition is read again (the drain keeps it as seen before its signal)."""
         devices = self.devices()
         if not devices:
             return []
@@ -275,7 +276,11 @@ class HolderScanner:
                     continue
             except (ProcessGoneError, ProcessUnreadableError):
                 continue
-            still.append(dataclasses.replace(holder, devices=tuple(sorted(set(held)))))
+            try:  # its SIGTERM now, not at the index's scan: a job installs its handler as it starts
+                sigterm = self.procfs.status(pid)[1]
+            except (ProcessGoneError, ProcessUnreadableError):
+                sigterm = None  # not known, rather than what it was
+            still.append(dataclasses.replace(holder, devices=tuple(sorted(set(held))), sigterm=sigterm))
         return still
 
     def _scan_pids(self, pids: list[int], devices: DeviceSet, seen: SeenPaths, tally: _Tally) -> None:
