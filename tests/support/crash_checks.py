@@ -6,7 +6,7 @@ import signal
 from typing import Any
 
 from watchdog.daemon.runner import RESCAN_INTERVAL
-from watchdog.store.history import HISTORY_FILE
+from watchdog.store.history import HISTORY_FILE, LOCK_FILE
 
 SLACK = 1.0  # the product's rule: SIGKILL within +-1 s of the deadline
 
@@ -114,7 +114,8 @@ def check(facts: dict[str, Any]) -> list[str]:
         if leftover:
             out.append(f"orphaned state after the event cleared: {leftover}")
     out += _check_history(facts)
-    stray = [name for name in facts.get("state_dir", []) if name not in ("state.json", HISTORY_FILE)]
+    ours = ("state.json", HISTORY_FILE, LOCK_FILE)  # the history's lock stays: its writers meet there
+    stray = [name for name in facts.get("state_dir", []) if name not in ours]
     temps = [name for name in stray if is_crash_temp_file(name)]
     if temps:
         out.append(f"temp files of a write a crash interrupted were left in the state dir: {temps}")

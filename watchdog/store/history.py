@@ -116,10 +116,12 @@ class DrainHistory:
             self._load()
 
     def _load(self) -> None:
-        with contextlib.suppress(OSError), self._locked():  # not under another process's rewrite
-            for leftover in glob.glob(glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp"):
-                with contextlib.suppress(OSError):
-                    os.unlink(leftover)  # a rewrite a crash interrupted: never renamed into place
+        leftovers = glob.glob(glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp")
+        if leftovers:  # a rewrite a crash interrupted (never renamed into place), or a drill's under way
+            with contextlib.suppress(OSError), self._locked():  # so: not while another process rewrites
+                for leftover in glob.glob(glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
         try:
             loaded, self._lines = _read(self.path, log.warning)
         except OSError as error:
