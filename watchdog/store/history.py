@@ -116,10 +116,10 @@ class DrainHistory:
             self._load()
 
     def _load(self) -> None:
-        leftovers = glob.glob(glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp")
-        if leftovers:  # a rewrite a crash interrupted (never renamed into place), or a drill's under way
+        temps = glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp"
+        if glob.glob(temps):  # a rewrite a crash interrupted (never renamed into place), or a drill's now
             with contextlib.suppress(OSError), self._locked():  # so: not while another process rewrites
-                for leftover in glob.glob(glob.escape(os.path.join(self.dir, f".{HISTORY_FILE}.")) + "*.tmp"):
+                for leftover in glob.glob(temps):
                     with contextlib.suppress(OSError):
                         os.unlink(leftover)
         try:
