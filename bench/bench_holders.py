@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import os
 import resource
-import select
 import shutil
 import signal
 import stat
@@ -24,6 +23,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from tests.support.readable import readable
 
 PARENTS = 100
 CHILDREN_PER_PARENT = 15
@@ -75,9 +76,7 @@ def _wait_ready(procs: list[subprocess.Popen[bytes]], timeout: float = 120.0) ->
     deadline = time.monotonic() + timeout
     for proc in procs:
         assert proc.stdout is not None
-        poller = select.poll()  # not select(): it refuses descriptors above 1023
-        poller.register(proc.stdout, select.POLLIN)
-        ready = poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
+        ready = readable([proc.stdout], deadline - time.monotonic())
         line = proc.stdout.readline() if ready else b""
         if line.strip() != b"ready":
             raise RuntimeError(f"a benchmark process (pid {proc.pid}) did not start: {line!r}")
