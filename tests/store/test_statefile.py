@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -131,7 +132,7 @@ def test_a_new_drains_first_wave_is_written_with_its_state_in_one_write(tmp_path
     s.record_intent(OTHER, signal.SIGTERM, name="old")  # the previous drain's: a new drain starts afresh
     writes: list[object] = []
     real = s._write
-    s._write = lambda state: (writes.append(state), real(state))  # type: ignore[method-assign]
+    s._write = lambda state, written=None: (writes.append(state), real(state, written))  # type: ignore[method-assign]
     event = Event("ev-2", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 500.0, deadline=800.0)
     s.save_lifecycle([event], ActiveDrain(["ev-2"], 500.0, 800.0), None, on_timeout="kill",
                      intents=[(TERM, "SIGTERM", "trainer")])  # fmt: skip
@@ -139,6 +140,37 @@ def test_a_new_drains_first_wave_is_written_with_its_state_in_one_write(tmp_path
     assert len(writes) == 1
     (intent,) = store(tmp_path).state.signals
     assert (intent.identity, intent.signal, intent.name, intent.sent_at) == (TERM, "SIGTERM", "trainer", None)
+
+
+def test_a_first_wave_may_be_signalled_once_in_place_before_its_fsyncs_without_waiting_for_the_lock(
+    tmp_path: Path,
+) -> None:
+    s = store(tmp_path)
+    on_file: list[object] = []
+    returned = threading.Event()
+
+    def written() -> None:  # called with the write's lock held, its fsyncs still to come
+        on_file.extend(store(tmp_path).state.signals)  # what a daemon started now would read
+        # The drain thread's own write-ahead for this wave: nothing new, so no wait for that lock.
+        intents = [(TERM, signal.SIGTERM, "trainer")]
+        threading.Thread(target=lambda: (s.record_intents(intents), returned.set()), daemon=True).start()
+        assert returned.wait(10), "record_intents waited for the lock of a write it had nothing to add to"
+
+    event = Event("ev-2", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 500.0, deadline=800.0)
+    s.save_lifecycle([event], ActiveDrain(["ev-2"], 500.0, 800.0), None, on_timeout="kill",
+                     intents=[(TERM, "SIGTERM", "trainer")], written=written)  # fmt: skip
+    assert [(r.identity, r.signal, r.sent_at) for r in on_file] == [(TERM, "SIGTERM", None)]  # type: ignore[attr-defined]
+    assert store(tmp_path).state == s.state
+
+
+def test_a_failed_write_still_lets_the_drain_go_on_once(tmp_path: Path) -> None:
+    target = tmp_path / "state"
+    s = store(target)
+    os.rmdir(target)  # the directory vanishes under the daemon
+    calls: list[None] = []
+    s.save_lifecycle([], None, None, on_timeout="kill", written=lambda: calls.append(None))
+    assert calls == [None]
+    assert s.write_error is not None
 
 
 def test_clearing_every_event_leaves_an_empty_state(tmp_path: Path) -> None:

@@ -280,15 +280,15 @@ class Daemon:
         self._changed()
 
     def _changed(self) -> None:
-        """Persist, then show: the state file first, so a crash right now loses nothing."""
+        """Persist, then show: the state file first, so a crash right now loses nothing (the drain may
+        signal once the file is in place, before its fsyncs: StateStore.save_lifecycle)."""
         self._refresh_admission()
         life = self.lifecycle
         intents, self._intents = self._intents, []
         self.store.save_lifecycle(
             life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
-            intents=intents, last_dry_run=life.rehearsed,
+            intents=intents, last_dry_run=life.rehearsed, written=self.runner.persisted.set,
         )  # fmt: skip
-        self.runner.persisted.set()
         self.reporter.persistence()
         self.recorder.seen(life)  # after the state file: the history never delays a signal
         self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end
