@@ -11,7 +11,7 @@ Rules (each breach is a `Violation`, printed with the timeline around it):
   so) gets its SIGTERM, a late arrival (opened after the drain's first signals) too; only a crash that left
   the SIGTERM as an unconfirmed write-ahead intent excuses it;
 - a process still holding at the deadline is SIGKILLed within KILL_TOLERANCE of its due time: the deadline,
-  or, when no daemon knew of the event then, the moment one does; none is SIGKILLed outside an event;
+  or, when no daemon knew of the event then, the moment one does (`held_back`: never); none outside an event;
 - the deadline never moves later; an event that outlived its deadline is marked drained (no drain lost);
   no daemon exits unbidden; a graceful stop exits 0; the state is clean at the end.
 
@@ -34,6 +34,7 @@ from bench.soak_facts import (
     LogLine,
     beliefs,
     confirmed,
+    held_back,
     restored,
 )
 
@@ -268,6 +269,8 @@ class _Checker:
                 continue  # a holder that came just before the deadline, or after, is not timed
             if episode.cleared is not None and episode.cleared <= due + KILL_TOLERANCE:
                 continue  # cleared by then: the drain is cancelled, nothing is SIGKILLed
+            if held_back(self.instance_at(due), due, self.terms.get((holder.serial, episode.index), [])):
+                continue  # new to a restarted daemon, the event unconfirmed: past the deadline, nobody new
             if died is not None and self.episode_at(died) is episode:
                 continue  # SIGKILLed in this event: its timing is judged by `kill`
             until = holder.stopped_holding or self.facts.end
@@ -378,10 +381,8 @@ class _Checker:
                     # block the signal: nothing was begun, and systemd counts a SIGTERM death a clean stop.
                     self.verdict.counts["stopped_before_its_code_ran"] += 1
                     continue
-                self.flag(
-                    instance.ended,
-                    f"daemon #{instance.index}'s graceful stop exited {instance.exit_code}",
-                )
+                stop = f"daemon #{instance.index}'s graceful stop exited {instance.exit_code}"
+                self.flag(instance.ended, stop)
             if instance.stop_timed_out:
                 self.flag(
                     instance.ended or self.facts.end, f"daemon #{instance.index} did not stop within 20 s"

@@ -297,6 +297,14 @@ def confirmed(instance: Instance) -> float:
     return min([*heard, instance.started + CONFIRM_WAIT])
 
 
+def held_back(instance: Instance | None, at: float, terms: list[float]) -> bool:
+    """A holder new to the daemon up at `at` (no SIGTERM before its start: `terms`), which restarted with
+    the event on file and had no answer confirming it by then: past its deadline, nobody new is signalled."""
+    if instance is None or not restored(instance, instance.started) or confirmed(instance) <= at:
+        return False
+    return not any(t < instance.started for t in terms)
+
+
 def beliefs(
     instance: Instance, end: float, starts: tuple[str, ...] = BELIEF_STARTS, early: bool = False
 ) -> list[tuple[float, float]]:

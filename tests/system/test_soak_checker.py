@@ -371,3 +371,27 @@ def test_a_daemon_told_to_stop_just_before_its_deadline_may_still_kill_at_it() -
     verdict = check(facts)
     assert texts(verdict) == []
     assert verdict.kill_offsets == [pytest.approx(0.05, abs=0.01)]
+
+
+def test_a_newcomer_held_back_by_a_restarted_daemon_no_answer_confirmed_is_owed_no_sigkill() -> None:
+    """Daemon #1 is killed at t+10.2 mid-drain; #2 resumes it at t+10.35, and every metadata answer is a
+    fault (nothing confirms the event within its 10 s wait); holder #3 opens the device at t+10.4, still
+    there at the t+13 deadline: past its deadline an unheard event signals nobody new (soak seed 97 flagged
+    it "was not SIGKILLed"). Holder #2, SIGTERMed before the crash, is still SIGKILLed on time."""
+    facts = clean()
+    first = facts.instances[0]
+    first.ended, first.exit_code, first.told = T0 + 10.2, -9, "kill"
+    first.lines = [x for x in first.lines if x.at < T0 + 10.2]
+    facts.actions.append((T0 + 10.2, "kill -9 to daemon #1"))
+    second = Instance(2, 200, T0 + 10.3, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
+    second.lines = [
+        line(10.35, "state_recovered", 2),
+        line(10.36, "drain_started", 2, event="resumed"),
+        sent(13.0, 12, "SIGKILL", 2),
+        line(16.05, "event_cleared", 2, event="preempted"),
+    ]
+    facts.instances.append(second)
+    facts.holders.append(holder(3, 13, "report", 10.4))
+    verdict = check(facts)
+    assert texts(verdict) == []
+    assert verdict.kill_offsets == [0.0]
