@@ -17,7 +17,7 @@ import pytest
 
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.store.records import SavedState
+from watchdog.store.records import SavedState, SignalRecord
 from watchdog.store.statefile import STATE_FILE, StateDirError, StateStore, read_boot_id
 
 BOOT = "6a1d0c52-0000-4000-8000-000000000001"
@@ -146,7 +146,7 @@ def test_a_first_wave_may_be_signalled_once_in_place_before_its_fsyncs_without_w
     tmp_path: Path,
 ) -> None:
     s = store(tmp_path)
-    on_file: list[object] = []
+    on_file: list[SignalRecord] = []
     returned = threading.Event()
 
     def written() -> None:  # called with the write's lock held, its fsyncs still to come
@@ -159,7 +159,7 @@ def test_a_first_wave_may_be_signalled_once_in_place_before_its_fsyncs_without_w
     event = Event("ev-2", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 500.0, deadline=800.0)
     s.save_lifecycle([event], ActiveDrain(["ev-2"], 500.0, 800.0), None, on_timeout="kill",
                      intents=[(TERM, "SIGTERM", "trainer")], written=written)  # fmt: skip
-    assert [(r.identity, r.signal, r.sent_at) for r in on_file] == [(TERM, "SIGTERM", None)]  # type: ignore[attr-defined]
+    assert [(r.identity, r.signal, r.sent_at) for r in on_file] == [(TERM, "SIGTERM", None)]
     assert store(tmp_path).state == s.state
 
 

@@ -68,6 +68,13 @@ def clean() -> Facts:
     return facts
 
 
+def killed(facts: Facts, at: float) -> None:
+    """Daemon #1 of `facts` is killed (kill -9) at t+`at`: its log ends there."""
+    first = facts.instances[0]
+    first.ended, first.exit_code, first.told = T0 + at, -9, "kill"
+    first.lines = [x for x in first.lines if x.at < T0 + at]
+
+
 def texts(verdict: Verdict) -> list[str]:
     return [v.text for v in verdict.violations]
 
@@ -173,9 +180,7 @@ def test_a_holder_never_sigkilled_at_its_deadline_is_reported() -> None:
 def test_no_daemon_at_the_deadline_moves_the_sigkill_to_when_one_knows() -> None:
     """Daemon #1 is killed at t+12; #2 resumes the drain at t+15: the SIGKILL is due then, not at t+13."""
     facts = clean()
-    first = facts.instances[0]
-    first.ended, first.exit_code, first.told = T0 + 12, -9, "kill"
-    first.lines = [x for x in first.lines if x.at < T0 + 12]
+    killed(facts, 12)
     second = Instance(2, 200, T0 + 14, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
     second.lines = [line(15.0, "state_recovered", 2), sent(15.1, 12, "SIGKILL", 2)]
     second.lines.append(line(16.05, "event_cleared", 2, event="preempted"))
@@ -190,9 +195,8 @@ def test_signals_after_a_clear_while_down_are_reported() -> None:
     """Daemon #1 is killed mid-drain, the event cleared while it is down, a new job opens the device, and
     daemon #2 resumes the drain from the state file without a fresh answer: it signals the new job."""
     facts = clean()
-    first, episode = facts.instances[0], facts.episodes[0]
-    first.ended, first.exit_code, first.told = T0 + 12, -9, "kill"
-    first.lines = [x for x in first.lines if x.at < T0 + 12]
+    killed(facts, 12)
+    episode = facts.episodes[0]
     episode.cleared, episode.cleared_while_down, episode.drained_at_clear = T0 + 12.1, True, None
     second = Instance(2, 200, T0 + 12.3, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
     second.lines = [
@@ -379,9 +383,7 @@ def test_a_newcomer_held_back_by_a_restarted_daemon_no_answer_confirmed_is_owed_
     there at the t+13 deadline: past its deadline an unheard event signals nobody new (soak seed 97 flagged
     it "was not SIGKILLed"). Holder #2, SIGTERMed before the crash, is still SIGKILLed on time."""
     facts = clean()
-    first = facts.instances[0]
-    first.ended, first.exit_code, first.told = T0 + 10.2, -9, "kill"
-    first.lines = [x for x in first.lines if x.at < T0 + 10.2]
+    killed(facts, 10.2)
     facts.actions.append((T0 + 10.2, "kill -9 to daemon #1"))
     second = Instance(2, 200, T0 + 10.3, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
     second.lines = [
