@@ -144,6 +144,15 @@ def fake(box: Container, *args: str) -> None:
     box.run("/run/tpuwd-fake-ctl", *args)
 
 
+def reload_with(box: Container, config: str, answer: str = "reloaded") -> str:
+    """Write `config`, `systemctl reload`, and return Status: once it starts with `answer`. The reload
+    (kill -HUP) may return before the daemon's READY=1, so Status: is waited for, never read at once."""
+    box.write(CONFIG, config)
+    box.run("systemctl", "reload", UNIT)
+    said = lambda: show(box)["StatusText"]  # noqa: E731
+    return str(wait_for(lambda: said().startswith(answer) and said(), 20, 0.1, f"Status: {answer}"))
+
+
 @pytest.fixture
 def daemon(container: Container) -> Iterator[Container]:
     """The unit started (systemctl start returns once READY=1 arrives), stopped afterwards."""
@@ -237,16 +246,11 @@ def test_reload_rereads_the_file_and_a_bad_one_changes_nothing(daemon: Container
     """`systemctl reload` (ExecReload=/bin/kill -HUP $MAINPID): the daemon answers RELOADING=1, then READY=1
     with the outcome in Status:; the same process goes on, a bad file refused with the reason."""
     before = show(daemon)
-    daemon.write(CONFIG, GOOD_CONFIG + "[drain]\nmaintenance_grace = 120\n")
     try:
-        daemon.run("systemctl", "reload", UNIT)
-        said = wait_for(lambda: show(daemon)["StatusText"], 20, 0.1, "Status: after the reload")
+        said = reload_with(daemon, GOOD_CONFIG + "[drain]\nmaintenance_grace = 120\n")
         assert said.startswith("reloaded (1 setting(s) changed); idle"), said
-        daemon.write(CONFIG, "[drain]\nmaintenance_grace = -1\n")
-        daemon.run("systemctl", "reload", UNIT)
         refused = "reload refused (configuration unchanged)"
-        wait_for(lambda: show(daemon)["StatusText"].startswith(refused), 20, 0.1, "Status: after the refusal")
-        assert "maintenance_grace" in show(daemon)["StatusText"]
+        assert "maintenance_grace" in reload_with(daemon, "[drain]\nmaintenance_grace = -1\n", refused)
         after = show(daemon)
         assert (after["ActiveState"], after["SubState"]) == ("active", "running")
         assert (after["MainPID"], after["NRestarts"]) == (before["MainPID"], "0")
@@ -265,12 +269,6 @@ def test_reload_adds_then_drops_a_webhook_and_never_shows_it(daemon: Container) 
         out = daemon.run("cat", RECEIVED, check=False).stdout
         return [json.loads(line)["type"] for line in out.splitlines()]
 
-    def reloaded(into: str) -> str:
-        daemon.write(CONFIG, into)
-        daemon.run("systemctl", "reload", UNIT)
-        said = lambda: show(daemon)["StatusText"]  # noqa: E731
-        return str(wait_for(lambda: said().startswith("reloaded") and said(), 20, 0.1, "Status: reloaded"))
-
     def logged(start: str) -> int:
         return len(journal(daemon, f"_SYSTEMD_INVOCATION_ID={invocation}", f"--grep=^{start}"))
 
@@ -282,11 +280,11 @@ def test_reload_adds_then_drops_a_webhook_and_never_shows_it(daemon: Container) 
 
     try:
         wait_for(lambda: daemon.run("test", "-e", RECEIVED, check=False).returncode == 0, 20, 0.1, "receiver")
-        said = reloaded(GOOD_CONFIG + f'[notify]\nwebhooks = ["{WEBHOOK}"]\n')
+        said = reload_with(daemon, GOOD_CONFIG + f'[notify]\nwebhooks = ["{WEBHOOK}"]\n')
         assert said.startswith("reloaded (1 setting(s) changed, notify.webhooks 0 -> 1 URL(s)); idle"), said
         an_event(1)
         wait_for(lambda: "event_cleared" in received(), 20, 0.1, "the event's notices")
-        said = reloaded(GOOD_CONFIG)
+        said = reload_with(daemon, GOOD_CONFIG)
         assert said.startswith("reloaded (1 setting(s) changed, notify.webhooks 1 -> 0 URL(s)); idle"), said
         an_event(2)
         daemon.run("systemctl", "stop", UNIT)  # gives what was queued its time: nothing more comes now
