@@ -131,12 +131,12 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args, os.environ)
     if isinstance(config, int):
         return config
-    from watchdog.daemon.drain import DrainListener, DrainPlan, run_drain
-    from watchdog.host.holders import scanner_for
+    from watchdog.daemon.compose import build_drill
+    from watchdog.daemon.drain import DrainListener
 
     out = sys.stdout
-    scanner = scanner_for(config)
-    holders = scanner.scan().holders
+    drill = build_drill(config)
+    holders = drill.scanner.scan().holders
     if not holders:
         out.write(f"nothing holds a TPU device ({' '.join(config.devices)}): nothing to rehearse\n")
         return EXIT_NOTHING_TO_DRILL
@@ -183,8 +183,7 @@ def run(args: argparse.Namespace) -> int:
 
     ticker = threading.Thread(target=countdown, name="countdown", daemon=True)
     ticker.start()
-    plan = DrainPlan(grace=grace, on_timeout=config.on_timeout, dry_run=config.dry_run)
-    record = run_drain(holders, plan, scanner=scanner, listener=Progress(), cancel=cancel)
+    record = drill.drain(holders, Progress(), cancel)
     finished.set()
     ticker.join(timeout=2)
     entry = drill_entry(record)

@@ -2,7 +2,8 @@
 
 `tpu-watchdog run`, the demo and the tests all build through `build_daemon`, so the daemon they run is
 wired the same way. What differs between them (where the metadata server is, how fast the watches give up,
-which processes a scan may see) is a `Wiring`; everything else comes from the configuration.
+which processes a scan may see) is a `Wiring`; everything else comes from the configuration. `drill` has no
+daemon: `build_drill` wires its drain from the same configuration and the same scanner.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
+from watchdog.core.drain_record import DrainRecord
+from watchdog.core.process import Holder
 from watchdog.daemon.announce import PROGRESS_INTERVAL
-from watchdog.daemon.drain import Scanner
+from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
 from watchdog.daemon.reload import Reloader
@@ -116,3 +119,24 @@ def webhook_sender(urls: Sequence[str], metrics: Metrics, backoff: float = BACKO
         urls, on_sent=metrics.webhooks_sent.inc,
         on_failed=lambda reason: metrics.webhook_failures.labels(reason.value).inc(), backoff=backoff,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Drill:
+    """A drill's drain, wired as the daemon's: the scanner the configuration describes, and a plan of the
+    maintenance grace (the longer one: a drill rehearses it), on_timeout and dry_run."""
+
+    scanner: Scanner
+    plan: DrainPlan
+
+    def drain(
+        self, holders: Sequence[Holder], listener: DrainListener, cancel: threading.Event
+    ) -> DrainRecord:
+        return run_drain(holders, self.plan, scanner=self.scanner, listener=listener, cancel=cancel)
+
+
+def build_drill(config: Config, wiring: Wiring | None = None) -> Drill:
+    """The drill's drain for `config` (only `wiring.scanner` applies: a drill asks no metadata server)."""
+    wiring = wiring or Wiring()
+    plan = DrainPlan(grace=config.maintenance_grace, on_timeout=config.on_timeout, dry_run=config.dry_run)
+    return Drill(scanner=wiring.scanner or scanner_for(config), plan=plan)
