@@ -112,7 +112,7 @@ def test_the_host_object_of_webhooks_and_history_every_field_or_the_known_ones()
     )  # fmt: skip
     assert host_fields(identity.labels()) == {
         "instance_id": "42", "name": "t1v-n-0", "zone": "us-central2-b", "accelerator_type": "v4-16",
-        "worker": "1", "tpu_node": "train-a", "slice_id": "0", "num_slices": "2",
+        "worker": "1", "tpu_node": "train-a", "slice_hosts": "2", "slice_id": "0", "num_slices": "2",
         "multislice_coordinator": "10.130.0.5:8080",
     }  # fmt: skip
     partial = HostIdentity(zone="us-central2-b", worker_id="1").labels()  # the metadata server is slow

@@ -33,8 +33,9 @@ def test_a_rehearsal_says_so_and_names_the_host_and_the_key() -> None:
         sender.close(1.0)
     (body,) = receiver.delivered()
     assert body["host"] == {"instance_id": "42", "name": "t1v-n-0", "zone": "us-central2-b",
-                            "accelerator_type": "v4-8", "worker": "3", "tpu_node": "train-a", "slice_id": "",
-                            "num_slices": "", "multislice_coordinator": ""}  # fmt: skip
+                            "accelerator_type": "v4-8", "worker": "3", "tpu_node": "train-a",
+                            "slice_hosts": "", "slice_id": "", "num_slices": "",
+                            "multislice_coordinator": ""}  # fmt: skip
     assert body["event"] == {"key": "instance/maintenance-event", "value": "TERMINATE_ON_HOST_MAINTENANCE",
                              "id": EVENT.event_id}  # fmt: skip
     assert body["dry_run"] is True

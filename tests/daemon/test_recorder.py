@@ -89,4 +89,5 @@ def test_each_entry_names_its_host_as_the_webhooks_do_with_what_is_known(
     assert (entry["host"]["slice_id"], entry["host"]["num_slices"]) == ("1", "2")
     assert entry["host"]["multislice_coordinator"] == known
     assert entry["host"]["worker"] == "2"
+    assert entry["host"]["slice_hosts"] == "4"  # the slice's hosts, from worker-network-endpoints
     assert "" not in entry["host"].values()  # only what is known

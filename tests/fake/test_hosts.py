@@ -12,16 +12,22 @@ from watchdog.fake.server import FakeMetadataServer
 
 def test_multislice_hosts_are_numbered_slice_major_with_megascale_keys() -> None:
     job = Job(hosts=4, slices=2)
-    last = tpu_identity(3, job)
+    hosts = [tpu_identity(index, job, "127.0.0.1:4321").values() for index in range(4)]
+    last = hosts[3]
     assert last["instance/attributes/agent-worker-number"] == "1"
-    assert "MEGASCALE_SLICE_ID: '1'" in last["instance/attributes/tpu-env"]
-    assert "MEGASCALE_NUM_SLICES: '2'" in last["instance/attributes/tpu-env"]
-    assert tpu_identity(1, job)["instance/name"] == "t1v-n-fake-0-w-1"
+    env = last["instance/attributes/tpu-env"]
+    assert "MEGASCALE_SLICE_ID: '1'" in env
+    assert "MEGASCALE_NUM_SLICES: '2'" in env
+    assert "MEGASCALE_COORDINATOR_ADDRESS: '127.0.0.1:4321'" in env  # the job's own coordinator
+    assert "NODE_ID: 'fake-slice-1'" in env
     assert last["instance/attributes/accelerator-type"] == "v5litepod-8"  # 2 hosts x 4 chips per slice
+    assert len(last["instance/attributes/worker-network-endpoints"].split(",")) == 2  # the slice's hosts
+    assert len({host["instance/id"] for host in hosts}) == 4  # every VM its own
+    assert len({host["instance/name"] for host in hosts}) == 4
 
 
 def test_one_slice_has_no_megascale_keys() -> None:
-    env = tpu_identity(1, Job(hosts=2))["instance/attributes/tpu-env"]
+    env = tpu_identity(1, Job(hosts=2), "127.0.0.1:4321").values()["instance/attributes/tpu-env"]
     assert "WORKER_ID: '1'" in env
     assert "MEGASCALE" not in env
 

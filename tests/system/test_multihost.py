@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.multihost import announce, needs_hosts, readiness, started
+from tests.support.multihost import announce, history, needs_hosts, readiness, started
 from tests.support.waiting import wait_for
 from watchdog.fake.hosts import Cluster, Job, SimulatedHost
 
@@ -54,8 +54,9 @@ def drained(host: SimulatedHost) -> dict[str, Any]:
     return record
 
 
-def left_on_its_own(host: SimulatedHost) -> None:
-    """A host without an event: no drain, no signal, and the record that its holder left on its own."""
+def left_on_its_own(hosts: Cluster, host: SimulatedHost) -> None:
+    """A host without an event: no drain (none in its history either), no signal, and the record that its
+    holder left on its own."""
     wait_for(lambda: "tpu_watchdog_holders_left_total 1.0" in host.metrics(), 15, what="the departure")
     metrics = host.metrics()
     assert 'tpu_watchdog_signals_sent_total{signal="SIGTERM"} 0.0' in metrics
@@ -65,8 +66,9 @@ def left_on_its_own(host: SimulatedHost) -> None:
     assert status is not None
     assert (status["state"], status["last_drain"], status["holders"]) == ("idle", None, [])
     assert "left on its own" in host.daemon_log.read_text()
-    # TODO(hist: drain history): assert the history shows this host had no drain and its holder left on
-    # its own, once `tpu-watchdog history` (store/history.py) is on main.
+    entries, words = history(hosts, host)
+    assert entries == [], entries  # no drain on this host: its job's end is another host's event
+    assert "no drain" in words, words
 
 
 def test_maintenance_on_one_of_two_hosts_saves_the_whole_job(tmp_path: Path) -> None:
@@ -78,7 +80,7 @@ def test_maintenance_on_one_of_two_hosts_saves_the_whole_job(tmp_path: Path) -> 
         announce(hosts, 1, "maintenance")
         saved_the_same_off_interval_step(hosts)
         drained(hosts.hosts[1])
-        left_on_its_own(hosts.hosts[0])
+        left_on_its_own(hosts, hosts.hosts[0])
 
 
 def test_maintenance_on_one_slice_of_two_saves_every_process(tmp_path: Path) -> None:
@@ -87,10 +89,15 @@ def test_maintenance_on_one_slice_of_two_saves_every_process(tmp_path: Path) -> 
     step and exit 0; only slice 0's daemons signal."""
     job = Job(hosts=4, slices=2, save_interval=SAVE_INTERVAL)
     with started(tmp_path, job, CONFIG) as hosts:
+        instances = set()
         for index, host in enumerate(hosts.hosts):  # each daemon knows its slice (tpu-env on its fake)
             known = wait_for(lambda h=host: (s := h.status()) and s["host"].get("num_slices") and s["host"],
                              30, what=f"{host.name}'s identity")  # fmt: skip
             assert (known["tpu_node"], known["slice_id"]) == (f"fake-slice-{index // 2}", str(index // 2))
+            assert known["slice_hosts"] == 2, known  # worker-network-endpoints: the slice's two hosts
+            assert known["multislice_coordinator"] == hosts.coordinator  # the job's, on every host
+            instances.add(known["instance_id"])
+        assert len(instances) == 4  # four VMs
         announce(hosts, 0, "maintenance")
         first = hosts.hosts[0].daemon_log
         wait_for(lambda: "SIGTERM to pid" in first.read_text(), 10, what="host 0's SIGTERM")  # then host 1
@@ -99,4 +106,4 @@ def test_maintenance_on_one_slice_of_two_saves_every_process(tmp_path: Path) -> 
         for host in hosts.hosts[:2]:
             drained(host)
         for host in hosts.hosts[2:]:
-            left_on_its_own(host)
+            left_on_its_own(hosts, host)

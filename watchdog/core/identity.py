@@ -72,6 +72,7 @@ HOST_FIELDS = {
     "accelerator_type": "accelerator_type",
     "worker": "worker_id",
     "tpu_node": "tpu_node",
+    "slice_hosts": "slice_hosts",
     "slice_id": "slice_id",
     "num_slices": "num_slices",
     "multislice_coordinator": "multislice_coordinator",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
 
 UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
@@ -88,21 +89,17 @@ class Job:
         ]  # fmt: skip
 
 
-def tpu_identity(index: int, job: Job) -> dict[str, str]:
-    """Realistic identity values for host `index` of `job` (slice-major, as Multislice numbers workers)."""
+def tpu_identity(index: int, job: Job, coordinator: str) -> TpuIdentity:
+    """Host `index` of `job` as a TPU VM of it (slice-major, as Multislice numbers workers): each slice a node
+    of its own, each host its worker number, instance id and name; on Multislice the job's coordinator."""
     per_slice = job.hosts // job.slices
     slice_id, worker = divmod(index, per_slice)
-    env = [f"WORKER_ID: '{worker}'", f"NODE_ID: 'fake-slice-{slice_id}'"]
-    if job.slices > 1:
-        env += [f"MEGASCALE_SLICE_ID: '{slice_id}'", f"MEGASCALE_NUM_SLICES: '{job.slices}'",
-                "MEGASCALE_COORDINATOR_ADDRESS: '127.0.0.1:8080'"]  # fmt: skip
-    return {
-        "instance/name": f"t1v-n-fake-{slice_id}-w-{worker}",
-        "instance/attributes/accelerator-type": f"v5litepod-{4 * per_slice}",
-        "instance/attributes/agent-worker-number": str(worker),
-        "instance/attributes/worker-id": str(worker),
-        "instance/attributes/tpu-env": "\n".join(env) + "\n",
-    }
+    multislice = job.slices > 1
+    return TpuIdentity(
+        accelerator_type=f"v5litepod-{4 * per_slice}", node=f"fake-slice-{slice_id}", worker=worker,
+        hosts=per_slice, zone="us-west4-a", slice_id=slice_id if multislice else None,
+        num_slices=job.slices if multislice else None, coordinator=coordinator if multislice else "",
+    )  # fmt: skip
 
 
 @dataclass
@@ -251,8 +248,7 @@ class Cluster:
             directory = work / f"host-{index}"
             directory.mkdir(parents=True)
             fake = FakeMetadataServer(listen="127.0.0.1:0").start()
-            for path, value in tpu_identity(index, job).items():
-                fake.set(path, value)
+            fake.set_identity(tpu_identity(index, job, self.coordinator))
             self.hosts.append(SimulatedHost(index, directory, make_device(directory), fake))
 
     def start(self) -> Cluster:
