@@ -24,7 +24,7 @@ settings.register_profile("suite", deadline=None, suppress_health_check=[HealthC
 settings.load_profile("suite")
 
 # Node id prefixes of the tests that go first, in this order (measured on 2 shared cores; every prefix must
-# still name a test, tests/test_scheduling.py checks: a renamed module would otherwise lose its place).
+# still name a test, tests/test_conftest.py checks: a renamed module would otherwise lose its place).
 # The soak starts at once: it is the longest (60 s by design) and keeps every core busy while it runs, so
 # beside it go the long tests that mostly wait (on deadlines, back-offs, a server that is down); the ones
 # that mostly compute (a .deb build and dpkg, containers, 50 daemons, 500 holders, JAX) come after it.

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.frameworks import PAX, Framework, find_python, setup, skip_reason
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NO_PYTHON = "/nonexistent/python3.12"
 
 
