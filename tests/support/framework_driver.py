@@ -101,10 +101,31 @@ class Driver:
             return str(self.plan["imported"]) in text
         return len(re.findall(self.plan["step_pattern"], text)) >= run["event_after_steps"]
 
+    def history(self, *words: str) -> Any:
+        """`tpu-watchdog history` of the daemon's state dir: the `--json` list (newest first), or with
+        `words` set, the text."""
+        state = str(self.tmp / "state")
+        argv = [sys.executable, "-m", "watchdog", "history", "--state-dir", state, *(words or ["--json"])]
+        shown = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+        return json.loads(shown) if not words else shown
+
+    def history_after(self, drains_before: int) -> tuple[dict[str, Any], str]:
+        """The newest drain's history entry once it has ended (the history is written just after /status
+        shows the end), and the newest drain in words."""
+
+        def newest_ended() -> dict[str, Any] | None:
+            listed = self.history()
+            return listed[0] if len(listed) > drains_before and listed[0]["outcome"] else None
+
+        entry = wait_for(newest_ended, timeout=60, interval=0.2, what="the drain's end in the history")
+        assert entry is not None  # wait_for returns a truthy value or fails
+        return entry, str(self.history("--limit", "1"))
+
     def one_run(self, fake: FakeMetadataServer, run: dict[str, Any]) -> dict[str, Any]:
         log = self.tmp / f"{run['name']}.log"
         job = self.start(run, log)
         before = self.status()["last_drain"]
+        drains_before = len(self.history())
         event = run.get("event")
         limit = self.plan.get("start_timeout", 600)  # to its first steps, on a busy machine
         if event:
@@ -125,6 +146,7 @@ class Driver:
                 what="the daemon's drain to end",
             )  # fmt: skip
             record = self.status()["last_drain"]
+            entry, words = self.history_after(drains_before)
         code = job.wait()
         if event:
             fake.set(event["key"], event["clear"])
@@ -134,6 +156,8 @@ class Driver:
             "returncode": code,
             "exit_after_event_s": exited - triggered if event else None,
             "drain": record,
+            "history": entry if event else None,
+            "history_words": words if event else "",
             "log": log.read_text(errors="replace"),
         }
 

@@ -79,3 +79,9 @@ def assert_lost_progress(result: dict[str, Any]) -> None:
     [proc] = drain["processes"]
     assert proc["exit_status"] == "killed by signal 15", proc
     assert proc["loss"] == "sigterm_default"
+    entry, words = result["history"], result["history_words"]  # and the history says so, the morning after
+    [process] = entry["processes"]
+    assert (process["end"], process["signals"]) == ("exited", ["SIGTERM"]), entry
+    assert process["sigterm"] == "default", entry  # seen before the signal: no handler yet
+    assert "died of SIGTERM's default action" in words, words
+    assert "1 died of SIGTERM's default action (no checkpoint)" in words, words

@@ -11,8 +11,8 @@ turns SIGTERM into a save) dies of SIGTERM, saves nothing, and the drain record 
 
 Each test runs in a private PID namespace (the daemon can only see and signal what the test started) and
 network namespace (MaxText's coordinator binds port 1234 on every interface). MaxText needs Python >= 3.12:
-it runs in its own venv (`make maxtext-setup`, which `make test` runs); without one the tests are SKIPPED
-with the reason.
+it runs in its own venv (`make maxtext-setup`; `make test-frameworks` builds it and runs these tests); without
+one the tests are SKIPPED with the reason.
 """
 
 from __future__ import annotations
@@ -113,5 +113,4 @@ def test_maxtext_sigtermed_before_distributed_init_is_reported_as_lost_progress(
     assert early["returncode"] == -15, early["log"][-3000:]  # a shell reports it as exit 143
     assert "initialize the jax distributed system" not in early["log"]  # died before it
     assert not (tmp_path / "out" / "E" / "checkpoints").exists()  # nothing saved
-    assert_lost_progress(early)
-    # TODO(hist): once the drain history lands, assert `tpu-watchdog history` shows this drain as lost.
+    assert_lost_progress(early)  # in the drain record and in `tpu-watchdog history`

@@ -8,8 +8,9 @@ holding the test's device node, a daemon and the fake metadata server.
 2. The same job again: it restores from that checkpoint; preempted TRUE, the same.
 3. Again, with no event: it restores from the second checkpoint and trains on to its end, exit 0.
 
-Pax needs Python 3.10 (lingvo 0.12.7): it runs in its own venv (`make pax-setup`, which `make test` runs);
-without one the tests are SKIPPED with the reason. Private PID and network namespaces, as for MaxText.
+Pax needs Python 3.10 (lingvo 0.12.7): it runs in its own venv (`make pax-setup`; `make test-frameworks`
+builds it and runs these tests); without one the tests are SKIPPED with the reason. Private PID and network
+namespaces, as for MaxText.
 """
 
 from __future__ import annotations
