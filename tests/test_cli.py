@@ -61,6 +61,7 @@ FLAGS = {
         "--state-dir",
     },
     "readiness": {"--config", "--device", "--exclude", "--json"},
+    "history": {"--config", "--state-dir", "--json", "--limit"},
     "run": DAEMON_FLAGS,
     "config": DAEMON_FLAGS | {"--json"},
 }

@@ -116,6 +116,18 @@ def test_one_line_summary_counts_how_processes_ended() -> None:
     assert "1 died of SIGTERM's default action" in line
 
 
+def test_a_rehearsal_says_what_would_have_been_killed_not_that_it_was() -> None:
+    record = DrainRecord(started=0.0, started_wall=1.7e9, deadline=300.0, on_timeout="kill", dry_run=True)
+    hang = ProcessRecord(ProcessIdentity(3, 1), "hang", ("/dev/accel0",), 0.0)
+    hang.signals += [SentSignal(15, 0.0, SignalResult.SENT), SentSignal(9, 300.0, SignalResult.SENT)]
+    record.processes[hang.identity] = hang
+    record.outcome, record.ended = Outcome.TIMED_OUT, 301.0
+    line = record.one_line()
+    assert "1 would have been killed" in line, line
+    assert ": 1 killed" not in line
+    assert line.endswith("(dry run: nothing was sent)")
+
+
 @pytest.mark.parametrize(
     ("status", "died"),
     [

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
@@ -28,7 +30,7 @@ def real_counts(harness: DaemonHarness) -> dict[str, float]:
 
 
 def test_a_dry_run_counts_nothing_and_is_recorded_as_a_rehearsal(
-    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     stubborn = workloads.start("report")  # would need SIGKILL: the rehearsal "times out"
     state_dir = tmp_path / "state"
@@ -49,6 +51,9 @@ def test_a_dry_run_counts_nothing_and_is_recorded_as_a_rehearsal(
         "still_running",
     )
     assert stubborn.alive()
+    said = [r.getMessage() for r in caplog.records if f"to pid {stubborn.popen.pid} " in r.getMessage()]
+    assert said, caplog.text  # its log says what a real drain would have sent, and that nothing was
+    assert all(line.startswith("[dry run] would send SIG") and line.endswith(": not sent") for line in said)
     # Restarted with the event still on, and dry run now off: the rehearsal's outcome is still not a state.
     with DaemonHarness(state_dir, fake, workloads, maintenance_grace=1.0) as again:
         assert again.state == "drained"

@@ -266,6 +266,21 @@ def test_upcoming_maintenance_404_is_unsupported_once_and_asked_again_until_it_a
     wait_for(lambda: watch.status().mode is WatchMode.HANGING, what="watched again")
 
 
+def test_a_404_is_one_warning_that_says_whether_the_key_answered_before(
+    fake: FakeMetadataServer, recorder: Recorder, start_watch: StartWatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.set(UPCOMING_MAINTENANCE, NOTICE)
+    start_watch(UPCOMING_MAINTENANCE)
+    wait_for(lambda: len(recorder.values()) == 1, what="the notice")
+    fake.delete(UPCOMING_MAINTENANCE)
+    asked = lambda: [r for r in fake.requests() if r.path == UPCOMING_MAINTENANCE and r.status == 404]  # noqa: E731
+    wait_for(lambda: len(asked()) >= 3, what="the 404 key asked again")
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        f"metadata {UPCOMING_MAINTENANCE}: HTTP 404 after answering before; asking again every 0.2 s"
+    ]
+
+
 def test_upcoming_maintenance_503_nothing_scheduled_then_a_notice(
     fake: FakeMetadataServer, recorder: Recorder, start_watch: StartWatch
 ) -> None:

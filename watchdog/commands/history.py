@@ -33,7 +33,7 @@ def _limit(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)  # --state-dir, --config
+    add_config_arguments(parser, only=("--config", "--state-dir"))  # where the state dir is, nothing else
     parser.add_argument("--json", action="store_true", help="print the drains as a JSON list, newest first")
     parser.add_argument(
         "--limit", type=_limit, default=DEFAULT_LIMIT, metavar="N",

@@ -243,7 +243,7 @@ class DrainRecord:
         procs = list(self.processes.values())
         counts = {
             "exited": sum(p.end is End.EXITED and not p.killed for p in procs),
-            "killed": sum(p.killed for p in procs),
+            "would have been killed" if self.dry_run else "killed": sum(p.killed for p in procs),
             "released": sum(p.end is End.RELEASED for p in procs),
             "died of SIGTERM's default action": sum(p.sigterm_death is not None for p in procs),
             "still running": sum(p.pending for p in procs),

@@ -203,8 +203,7 @@ class Daemon:
             source = source_of(message.key)
             if self.reporter.metadata_unsupported(message.key):
                 # It answered in this run: a passing 404 (a server hiccup) is no reason to drop an event.
-                log.warning("metadata %s answers 404 after answering before: asking again", message.key)
-                return
+                return  # (the watch's own line says the 404)
             log.debug("metadata %s: unsupported (the watch said so)", message.key)
             # A key this machine lacks asks for nothing: an event of it (restored from the state file)
             # would otherwise never clear.

@@ -188,10 +188,13 @@ class DrainRunner(DrainListener):
                 "signal_sent", pid=identity.pid, start_time=identity.start_time, process=process, signal=name,
                 result=result.value, drain_id=drain_id, event_ids=event_ids, late=late,
             )  # fmt: skip
+            said = result.value
+            if self.config.dry_run:  # nothing left the daemon: say what would have gone, to a process there
+                name, said = f"would send {name}", "not sent" if result is SignalResult.SENT else said
             log.warning(
                 "%s%s to pid %d (%s, start time %d%s): %s",
                 dry, name, identity.pid, process, identity.start_time, ", late arrival" if late else "",
-                result.value, extra=journal,
+                said, extra=journal,
             )  # fmt: skip
 
     def updated(self, record: DrainRecord) -> None:

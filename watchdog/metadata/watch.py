@@ -259,15 +259,15 @@ class KeyWatch:
 
     def _unsupported(self) -> None:
         """Say once that the key is missing (404); the loop keeps asking, every unsupported_recheck_sec."""
-        if self.status().mode is WatchMode.UNSUPPORTED:
+        before = self.status()
+        if before.mode is WatchMode.UNSUPPORTED:
             return
         self._update(mode=WatchMode.UNSUPPORTED, value=None)  # the last value is no longer announced
         self._etag = None
-        log.warning(
-            "metadata %s: not supported on this machine (HTTP 404); asking again every %g s",
-            self.key,
-            self._timing.unsupported_recheck_sec,
-        )
+        answered = before.last_success is not None  # then an event of it stands (daemon/loop.py)
+        why = "HTTP 404 after answering before" if answered else "not supported on this machine (HTTP 404)"
+        every = self._timing.unsupported_recheck_sec
+        log.warning("metadata %s: %s; asking again every %g s", self.key, why, every)
         # The first 404 counts as an error (a hiccup shows on the dashboard); the rechecks do not, or a
         # machine that lacks the key would show a steady error rate while healthy.
         self._failed(MetadataError(ErrorKind.HTTP_404, self.key, "HTTP 404: not supported here", 404))
