@@ -296,6 +296,19 @@ def test_any_environment_value_is_a_config_error_naming_variable_and_key(name: s
     assert message is None or (name in message and BY_ENV[name].key in message), message
 
 
+@pytest.mark.parametrize(
+    "flag", ["--exclude", "--device", "--webhook", "--grace", "--metadata-host", "--listen", "--on-timeout"]
+)
+def test_a_flag_given_double_dash_is_a_config_error_quoting_it(flag: str) -> None:
+    """argparse hands `--flag=--` over as [], not "--" (Hypothesis found --exclude=-- crashing the load)."""
+    message = _load("", None, f"{flag}=--")
+    assert message is not None
+    assert f"flag {flag}" in message
+    shown = "redacted" if flag == "--webhook" else "--"  # a webhook URL is a secret, even a wrong one
+    assert shown in message.removeprefix(f"flag {flag}")
+    assert "[]" not in message
+
+
 @FEW
 @given(st.lists(st.text(max_size=12), min_size=1, max_size=3))
 def test_any_exclude_flag_is_a_config_error_naming_the_flag(values: list[str]) -> None:

@@ -235,6 +235,11 @@ def _flatten(document: dict[str, Any], path: str) -> dict[str, object]:
     return flat
 
 
+def _as_typed(value: object) -> object:
+    """The text a flag was given: argparse (3.11) hands `--flag=--` over as [], not "--"."""
+    return "--" if value == [] else value
+
+
 def _flag_values(args: argparse.Namespace) -> list[tuple[Setting, str, object]]:
     """(setting, flag, raw value) for every flag given; raw text is parsed later like the environment's."""
     simple = {
@@ -251,18 +256,18 @@ def _flag_values(args: argparse.Namespace) -> list[tuple[Setting, str, object]]:
     for dest, key in simple.items():
         text = getattr(args, dest, None)
         if text is not None:
-            given.append((BY_KEY[key], "--" + dest.replace("_", "-"), text))
+            given.append((BY_KEY[key], "--" + dest.replace("_", "-"), _as_typed(text)))
     if getattr(args, "dry_run", None):
         given.append((BY_KEY["dry_run"], "--dry-run", True))
     devices = getattr(args, "device", None)
     if devices:
-        given.append((BY_KEY["devices.patterns"], "--device", list(devices)))
+        given.append((BY_KEY["devices.patterns"], "--device", [_as_typed(d) for d in devices]))
     webhooks = getattr(args, "webhook", None)
     if webhooks:
-        given.append((BY_KEY["notify.webhooks"], "--webhook", list(webhooks)))
+        given.append((BY_KEY["notify.webhooks"], "--webhook", [_as_typed(w) for w in webhooks]))
     excludes: dict[str, list[object]] = {}
-    for item in getattr(args, "exclude", None) or []:
-        kind, colon, what = item.partition(":")
+    for item in map(_as_typed, getattr(args, "exclude", None) or []):
+        kind, colon, what = str(item).partition(":")
         if not colon or kind not in ("pid", "name", "uid") or not what:
             raise ConfigError(
                 f"flag --exclude: {item!r} is not pid:N, name:NAME or uid:N (e.g. --exclude uid:0)"
