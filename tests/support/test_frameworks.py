@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.frameworks import PAX, Framework, find_python, setup, skip_reason
+from tests.support.frameworks import PAX, RUN_THEM, Framework, find_python, setup, skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 NO_PYTHON = "/nonexistent/python3.12"
@@ -35,8 +35,19 @@ def test_no_python_new_enough_is_the_reason_given(
     assert not (tmp_path / "venv").exists()
 
 
+def test_make_test_leaves_them_out_and_says_where_they_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(RUN_THEM, raising=False)
+    if PAX.python() is None:
+        pytest.skip("no Python 3.10 here: the other reason applies (the test above)")
+    reason = skip_reason(PAX)
+    assert reason is not None
+    assert reason.startswith("`make test` leaves the pax tests out")
+    assert "`make test-frameworks` sets up" in reason
+
+
 def test_a_venv_not_set_up_is_the_reason_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAX_VENV", str(tmp_path / "venv"))
+    monkeypatch.setenv(RUN_THEM, "1")  # as `make test-frameworks` runs them
     if PAX.python() is None:
         pytest.skip("no Python 3.10 here: the other reason applies (the test above)")
     reason = skip_reason(PAX)
