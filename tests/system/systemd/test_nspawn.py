@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -130,14 +131,19 @@ def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
         box.close()
 
 
+EVENT_ID = re.compile(r"\(id ([^)]+)\)")
+
+
 def show(box: Container, unit: str = UNIT) -> dict[str, str]:
     out = box.run("systemctl", "show", "-p", ",".join(SHOWN), unit).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 def journal(box: Container, *matches: str) -> list[dict[str, object]]:
-    out = box.run("journalctl", "--no-pager", "-o", "json", *matches).stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
+    """The journal's entries that match (none: journalctl --grep exits 1, an answer like any other)."""
+    done = box.run("journalctl", "--no-pager", "-o", "json", *matches, check=False)
+    assert done.returncode in (0, 1), done
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
 
 def fake(box: Container, *args: str) -> None:
@@ -269,14 +275,23 @@ def test_reload_adds_then_drops_a_webhook_and_never_shows_it(daemon: Container) 
         out = daemon.run("cat", RECEIVED, check=False).stdout
         return [json.loads(line)["type"] for line in out.splitlines()]
 
-    def logged(start: str) -> int:
-        return len(journal(daemon, f"_SYSTEMD_INVOCATION_ID={invocation}", f"--grep=^{start}"))
+    def event_ids(said: str) -> set[str]:
+        """The event ids of this daemon's journal lines starting with `said` ("event started: ... (id X)")."""
+        lines = journal(daemon, f"_SYSTEMD_INVOCATION_ID={invocation}", f"--grep=^{said}")
+        return {m.group(1) for e in lines if (m := EVENT_ID.search(str(e["MESSAGE"])))}
 
     def an_event(number: int) -> None:
-        fake(daemon, "PUT", "v1/instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        wait_for(lambda: logged("event started") == number, 20, 0.1, f"event {number} seen")
-        fake(daemon, "PUT", "v1/instance/maintenance-event", "NONE")
-        wait_for(lambda: logged("event cleared") == number, 20, 0.1, f"event {number} cleared")
+        """One maintenance event, started and cleared, told apart from any other by its id (a daemon that
+        starts with an event on file from an earlier test clears that one first)."""
+        try:
+            before = event_ids("event started")
+            fake(daemon, "PUT", "v1/instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+            [new] = wait_for(lambda: event_ids("event started") - before, 20, 0.1, f"event {number} seen")
+            fake(daemon, "PUT", "v1/instance/maintenance-event", "NONE")
+            wait_for(lambda: new in event_ids("event cleared"), 20, 0.1, f"event {number} cleared")
+        except AssertionError as failed:  # the daemon's own account of those 20 s
+            lines = [str(e["MESSAGE"]) for e in journal(daemon, f"_SYSTEMD_INVOCATION_ID={invocation}")]
+            raise AssertionError(f"{failed}; the daemon said:\n" + "\n".join(lines[-40:])) from None
 
     try:
         wait_for(lambda: daemon.run("test", "-e", RECEIVED, check=False).returncode == 0, 20, 0.1, "receiver")
