@@ -275,6 +275,11 @@ def test_install_starts_upgrade_restarts_and_keeps_the_config_purge_leaves_nothi
         verify = container.run("systemd-analyze", "verify", state["FragmentPath"], check=False)
         assert (verify.returncode, verify.stderr.strip()) == (0, ""), verify.stderr
 
+        # A drill's drain in the history (its holder dies of SIGTERM's default action: a verdict, no error).
+        container.run("tpu-watchdog", "drill", "--yes", "--device", "/dev/full", "--grace", "5", check=False)
+        [drilled] = json.loads(container.run("tpu-watchdog", "history", "--json").stdout)
+        assert [p["pid"] for p in drilled["processes"]] == [int(holder)], drilled
+
         # Upgrade over itself: the local edit survives, no .dpkg-dist beside it, the daemon restarted.
         shipped = container.run("cat", CONFIG).stdout
         edited = shipped.replace('log_level = "info"', 'log_level = "debug"', 1)
@@ -286,6 +291,7 @@ def test_install_starts_upgrade_restarts_and_keeps_the_config_purge_leaves_nothi
         after = show(container, "ActiveState", "MainPID")
         assert after["ActiveState"] == "active"
         assert after["MainPID"] not in ("0", state["MainPID"]), (state, after)
+        assert json.loads(container.run("tpu-watchdog", "history", "--json").stdout) == [drilled]  # kept
 
         # Remove: stopped, and it cannot start again (its file is gone and it is masked, until a reinstall or
         # the purge), the config kept.
