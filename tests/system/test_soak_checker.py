@@ -327,6 +327,19 @@ def test_kept_facts_are_judged_the_same_when_read_back() -> None:
     assert texts(check(again)) == texts(check(facts))
 
 
+def resuming_daemon(started: float, up: float, kills: float, clears: float) -> Instance:
+    """Daemon #2 (pid 200), started at t+`started`: it recovers the state file and resumes the drain at
+    t+`up`, SIGKILLs holder #2 (pid 12) at t+`kills` and hears the preemption clear at t+`clears`."""
+    second = Instance(2, 200, T0 + started, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
+    second.lines = [
+        line(up, "state_recovered", 2),
+        line(up + 0.01, "drain_started", 2, event="resumed"),
+        sent(kills, 12, "SIGKILL", 2),
+        line(clears, "event_cleared", 2, event="preempted"),
+    ]
+    return second
+
+
 def restarted_at_the_deadline(told: str | None) -> Facts:
     """Daemon #1 logs its last line at t+12.9, 0.1 s before the deadline, and is reaped at t+13.4 (told to
     stop at t+12.8, or not told at all); daemon #2 is up at t+17 (a slow start), resumes the drain and
@@ -337,14 +350,7 @@ def restarted_at_the_deadline(told: str | None) -> Facts:
     first.lines = [x for x in first.lines if x.at < T0 + 12.9]
     if told:
         facts.actions.append((T0 + 12.8, f"SIGTERM to daemon #{first.index}"))
-    second = Instance(2, 200, T0 + 13.5, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
-    second.lines = [
-        line(17.0, "state_recovered", 2),
-        line(17.01, "drain_started", 2, event="resumed"),
-        sent(17.02, 12, "SIGKILL", 2),
-        line(17.5, "event_cleared", 2, event="preempted"),
-    ]
-    facts.instances.append(second)
+    facts.instances.append(resuming_daemon(started=13.5, up=17.0, kills=17.02, clears=17.5))
     facts.episodes[0].cleared = T0 + 17.8
     facts.holders[1].died = T0 + 17.03
     return facts
@@ -385,14 +391,7 @@ def test_a_newcomer_held_back_by_a_restarted_daemon_no_answer_confirmed_is_owed_
     facts = clean()
     killed(facts, 10.2)
     facts.actions.append((T0 + 10.2, "kill -9 to daemon #1"))
-    second = Instance(2, 200, T0 + 10.3, Path("daemon-2.log"), ended=T0 + 30, exit_code=0, told="final")
-    second.lines = [
-        line(10.35, "state_recovered", 2),
-        line(10.36, "drain_started", 2, event="resumed"),
-        sent(13.0, 12, "SIGKILL", 2),
-        line(16.05, "event_cleared", 2, event="preempted"),
-    ]
-    facts.instances.append(second)
+    facts.instances.append(resuming_daemon(started=10.3, up=10.35, kills=13.0, clears=16.05))
     facts.holders.append(holder(3, 13, "report", 10.4))
     verdict = check(facts)
     assert texts(verdict) == []
