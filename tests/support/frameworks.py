@@ -121,6 +121,12 @@ def find_python(minimum: tuple[int, int], below: tuple[int, int] | None = None) 
 RUN_THEM = "FRAMEWORK_TESTS"  # set to 1 by `make test-frameworks`: the framework tests run only then
 
 
+def required() -> bool:
+    """Under CI (`CI=true`, as CI sets it) the framework tests that `make test-frameworks` asks for must run:
+    a framework whose Python or venv cannot be had is a failure there, never a quiet skip."""
+    return os.environ.get("CI") == "true" and os.environ.get(RUN_THEM) == "1"
+
+
 def skip_reason(framework: Framework) -> str | None:
     """Why the framework's tests do not run here, or None: they do. `make test` leaves them out: they add
     1-2 min to a suite whose goal is 3 (docs/benchmarks.md, "Framework set-up and tests")."""
@@ -163,6 +169,10 @@ def setup(framework: Framework) -> int:
         return 0
     python = framework.python()
     if python is None:
+        if required():
+            say(f"no Python {framework.wanted()} ({framework.where()}): under CI the {framework.name} "
+                "tests must run, so this is a failure")  # fmt: skip
+            return 1
         say(f"no Python {framework.wanted()} ({framework.where()}): the {framework.name} tests will be "
             "reported SKIPPED")  # fmt: skip
         return 0

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.framework_runs import base_plan, marks
 from tests.support.frameworks import PAX, RUN_THEM, Framework, find_python, setup, skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,3 +88,27 @@ def test_pytest_reports_the_framework_tests_skipped_with_the_reason(tmp_path: Pa
     assert done.stdout.count("SKIPPED [1] tests/system/test_maxtext.py") == 2  # each, with the reason:
     assert f"maxtext needs Python >= 3.12, none found (MAXTEXT_PYTHON={NO_PYTHON})" in done.stdout
     assert f"pax needs Python >= 3.10, < 3.11, none found (PAX_PYTHON={NO_PYTHON})" in done.stdout
+
+
+def test_under_ci_a_framework_that_cannot_run_fails_instead_of_skipping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv(RUN_THEM, "1")  # as `.ci/run` runs `make test-frameworks`
+    monkeypatch.setenv("FUTURE_VENV", str(tmp_path / "venv"))
+    future = Framework("future", (99, 0), None)
+    assert setup(future) == 1
+    assert "under CI the future tests must run, so this is a failure" in capsys.readouterr().out
+    skips = [m for m in marks(future) if m.name == "skipif" and m.args and m.args[0]]
+    assert not skips  # not skipped: failed by base_plan, with the reason
+    with pytest.raises(pytest.fail.Exception, match="under CI the future tests must run: future needs Python"):
+        with base_plan(tmp_path, future):
+            pass
+
+
+def test_outside_ci_the_same_framework_is_a_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv(RUN_THEM, "1")
+    future = Framework("future", (99, 0), None)
+    skips = [m for m in marks(future) if m.name == "skipif" and m.args and m.args[0]]
+    assert skips and "future needs Python >= 99.0" in skips[0].kwargs["reason"]
