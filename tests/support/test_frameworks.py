@@ -101,9 +101,9 @@ def test_under_ci_a_framework_that_cannot_run_fails_instead_of_skipping(
     assert "under CI the future tests must run, so this is a failure" in capsys.readouterr().out
     skips = [m for m in marks(future) if m.name == "skipif" and m.args and m.args[0]]
     assert not skips  # not skipped: failed by base_plan, with the reason
-    with pytest.raises(pytest.fail.Exception, match="under CI the future tests must run: future needs Python"):
-        with base_plan(tmp_path, future):
-            pass
+    must_run = "under CI the future tests must run: future needs Python"
+    with pytest.raises(pytest.fail.Exception, match=must_run), base_plan(tmp_path, future):
+        pass
 
 
 def test_outside_ci_the_same_framework_is_a_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,4 +111,5 @@ def test_outside_ci_the_same_framework_is_a_skip(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv(RUN_THEM, "1")
     future = Framework("future", (99, 0), None)
     skips = [m for m in marks(future) if m.name == "skipif" and m.args and m.args[0]]
-    assert skips and "future needs Python >= 99.0" in skips[0].kwargs["reason"]
+    assert skips
+    assert "future needs Python >= 99.0" in skips[0].kwargs["reason"]
