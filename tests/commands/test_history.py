@@ -53,10 +53,20 @@ def test_words_one_block_per_drain(tmp_path: Path) -> None:
 
 
 def test_no_history_yet_is_said_and_is_no_error(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()  # the daemon's state dir, before its first drain
     shown = history(tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "no drain yet" in shown.stdout
     assert json.loads(history(tmp_path, "--json").stdout) == []
+
+
+def test_a_state_dir_that_does_not_exist_is_an_error_not_an_empty_history(tmp_path: Path) -> None:
+    for args in ((), ("--json",)):
+        shown = history(tmp_path, *args)
+        assert shown.returncode == 1, shown.stdout
+        assert shown.stdout == ""
+        assert f"no state directory {tmp_path / 'state'}" in shown.stderr
+        assert "point --state-dir" in shown.stderr
 
 
 def test_a_bad_limit_is_a_usage_error_naming_it(tmp_path: Path) -> None:

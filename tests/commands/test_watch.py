@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from watchdog.commands import watch as command
 from watchdog.core.metadata_values import Preempted
-from watchdog.exitcodes import EXIT_USAGE
+from watchdog.exitcodes import EXIT_CONFIG, EXIT_USAGE
 from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.metadata.errors import ErrorKind, MetadataError
 from watchdog.metadata.watch import KeyUnsupported, ValueChanged, WatchFailed
@@ -41,11 +42,25 @@ def test_printer_writes_whole_lines() -> None:
     assert out.getvalue() == "2026-11-29T15:00:00Z instance/preempted FALSE\n"
 
 
-@pytest.mark.parametrize(("host", "timeout"), [("http://x/", 60), ("127.0.0.1:1", 0)])
-def test_bad_arguments_are_a_usage_error(host: str, timeout: int, capsys: pytest.CaptureFixture[str]) -> None:
-    args = argparse.Namespace(metadata_host=host, timeout_sec=timeout)
-    assert command.run(args) == EXIT_USAGE
-    assert "tpu-watchdog watch:" in capsys.readouterr().err
+def _run(tmp_path: Path, *argv: str, timeout: int = 60) -> int:
+    (tmp_path / "empty.toml").write_text("")
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["--config", str(tmp_path / "empty.toml"), *argv])
+    args.timeout_sec = timeout  # argparse's type=int would refuse 0 itself before run() could say why
+    return command.run(args)
+
+
+def test_a_bad_timeout_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(tmp_path, "--metadata-host", "127.0.0.1:1", timeout=0) == EXIT_USAGE
+    assert "tpu-watchdog watch: --timeout-sec must be >= 1" in capsys.readouterr().err
+
+
+def test_a_bad_metadata_host_is_a_configuration_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(tmp_path, "--metadata-host", "http://x/") == EXIT_CONFIG
+    assert "--metadata-host" in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -68,14 +83,18 @@ def _read_until(process: subprocess.Popen[str], needle: str, lines: list[str], t
                 lines.append(line.rstrip("\n"))
 
 
-def test_watch_prints_changes_and_errors_until_sigterm(fake: FakeMetadataServer) -> None:
+def test_watch_prints_changes_and_errors_until_sigterm(fake: FakeMetadataServer, tmp_path: Path) -> None:
+    """The server comes from the daemon's configuration (metadata.host), as the daemon's does: the
+    environment names another server, which the configuration overrides."""
     fake.add_fault(Fault(kind="status", status=503, path="instance/preempted"))
+    config = tmp_path / "config.toml"
+    config.write_text(f'[metadata]\nhost = "{fake.address}"\n')
     process = subprocess.Popen(
-        [sys.executable, "-m", "watchdog", "watch", "--timeout-sec", "1"],
+        [sys.executable, "-m", "watchdog", "watch", "--config", str(config), "--timeout-sec", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={"PATH": "/usr/bin:/bin", "GCE_METADATA_HOST": fake.address, "HTTP_PROXY": "http://127.0.0.1:9"},
+        env={"PATH": "/usr/bin:/bin", "GCE_METADATA_HOST": "127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"},
     )
     try:
         lines: list[str] = []

@@ -3,7 +3,8 @@
 It reads the history file (`STATE_DIR/history.jsonl`) itself, so it works whether the daemon runs or not,
 and it never writes. `--json` prints a list of drains, newest first, in the file's own shape.
 
-Exit status: 0 (an empty history too), 1 the history cannot be read, 78 a bad configuration.
+Exit status: 0 (an empty history too), 1 the history cannot be read (the state directory missing
+included: a mistyped --state-dir is not an empty history), 78 a bad configuration.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(config, int):
         return config
     path = os.path.join(config.state_dir, HISTORY_FILE)
+    if not os.path.isdir(config.state_dir):
+        sys.stderr.write(
+            f"no state directory {config.state_dir}: the daemon keeps its history there; point --state-dir "
+            "(or state_dir in the configuration) at the daemon's state directory\n"
+        )
+        return EXIT_NO_HISTORY
     said: list[str] = []
     try:
         entries = load_entries(path, say=said.append)

@@ -17,17 +17,16 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TextIO
 
+from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.exitcodes import EXIT_OK, EXIT_USAGE
 from watchdog.metadata.transport import MetadataTransport, resolve_metadata_host
 from watchdog.metadata.watch import MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--metadata-host",
-        metavar="HOST[:PORT]",
-        help="metadata server to watch (default: $GCE_METADATA_HOST, else metadata.google.internal)",
-    )
+    # The daemon's own metadata.host (file, TPU_WATCHDOG_METADATA_HOST, --metadata-host), so `watch` sees
+    # the server the daemon watches; unset there: $GCE_METADATA_HOST, else metadata.google.internal.
+    add_config_arguments(parser, only=("--config", "--metadata-host"))
     parser.add_argument(
         "--timeout-sec",
         type=int,
@@ -79,8 +78,11 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = load_config_or_exit(args, os.environ)
+    if isinstance(config, int):
+        return config
     try:
-        host = resolve_metadata_host(args.metadata_host, os.environ)
+        host = resolve_metadata_host(config.metadata_host, os.environ)
     except ValueError as exc:
         sys.stderr.write(f"tpu-watchdog watch: {exc}\n")
         return EXIT_USAGE
