@@ -305,3 +305,57 @@ def test_load_config_or_exit_says_why_and_exits_78(capsys: pytest.CaptureFixture
     assert load_config_or_exit(parse("--grace", "-3"), {}) == EXIT_CONFIG
     assert capsys.readouterr().err.startswith("tpu-watchdog: configuration error: flag --grace: ")
     assert isinstance(load_config_or_exit(parse("--grace", "3"), {}), Config)
+
+
+# -- bounds: a value past one is refused from every source, naming the key and the bound ---------------------
+
+BOUNDED = [
+    ("drain.maintenance_grace", "86400", "86400.5", "86400 s (24 h)"),
+    ("drain.preemption_grace", "3600", "3601", "3600 s (1 h)"),
+    ("upcoming_maintenance.drain_before_window", "2592000", "2592001", "2592000 s (30 d)"),
+    ("hooks.timeout", "3600", "1e12", "3600 s (1 h)"),
+]
+
+
+@pytest.mark.parametrize(("key", "most", "beyond", "bound"), BOUNDED)
+def test_a_duration_past_its_bound_is_refused_from_the_file_and_the_environment(
+    tmp_path: Path, key: str, most: str, beyond: str, bound: str
+) -> None:
+    section, _, leaf = key.rpartition(".")
+    variable = "TPU_WATCHDOG_" + key.replace(".", "_").upper()
+    assert load_config(parse(), {variable: most}).value(key) == float(most)
+    for argv, environ, origin in [
+        (["--config", write(tmp_path, f"[{section}]\n{leaf} = {beyond}\n")], {}, str(tmp_path)),
+        ([], {variable: beyond}, f"environment {variable}"),
+    ]:
+        with pytest.raises(ConfigError) as raised:
+            load_config(parse(*argv), environ)
+        message = str(raised.value)
+        assert message.startswith(origin)
+        assert f"{key}: {float(beyond):g} is more than the maximum, {bound}; allowed: " in message
+
+
+def test_grace_1e12_from_the_command_line_exits_78_naming_the_key_and_the_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It was accepted, and the event's first log line then failed: year 33715 is out of range."""
+    assert load_config_or_exit(parse("--grace", "1e12"), {}) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "tpu-watchdog: configuration error: flag --grace: drain.maintenance_grace: 1e+12 is more than the "
+        "maximum, 86400 s (24 h); allowed: seconds, a number >= 0 and <= 86400 s (24 h) (the wait before "
+        "SIGKILL on maintenance)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (["--exclude", "pid:4194305"], {}, "exclude.pids: 4194305 is more than the maximum, 4194304"),
+        ([], {"TPU_WATCHDOG_EXCLUDE_UIDS": "4294967295"}, "exclude.uids: 4294967295 is more than the max"),
+        ([], {"TPU_WATCHDOG_NOTIFY_WEBHOOKS": ",".join(["http://h"] * 17)}, "17 URLs are more than the max"),
+        (["--device", "/" + "d" * 4096], {}, "devices.patterns: '/ddd"),
+    ],
+)  # fmt: skip
+def test_ids_urls_and_paths_have_bounds_too(argv: list[str], environ: dict[str, str], expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_config(parse(*argv), environ)

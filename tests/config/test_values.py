@@ -50,13 +50,36 @@ def test_bad_metadata_hosts(text: str) -> None:
 
 
 def test_seconds_accept_numbers_and_reject_the_rest() -> None:
-    assert v.seconds(5) == 5.0
-    assert v.seconds_text(" 2.5 ") == 2.5
-    for bad in (-1, float("inf"), True, "5", None):
+    assert v.seconds(5, maximum=10) == 5.0
+    assert v.seconds(10, maximum=10) == 10.0
+    assert v.seconds_text(" 2.5 ", maximum=10) == 2.5
+    for bad in (-1, float("inf"), True, "5", None, 10.5):
         with pytest.raises(v.BadValueError):
-            v.seconds(bad)
+            v.seconds(bad, maximum=10)
     with pytest.raises(v.BadValueError):
-        v.seconds(0, positive=True)
+        v.seconds(0, maximum=10, positive=True)
+
+
+def test_a_duration_past_its_maximum_says_the_bound() -> None:
+    with pytest.raises(v.BadValueError, match=r"^1e\+12 is more than the maximum, 86400 s \(24 h\)$"):
+        v.seconds_text("1e12", maximum=86400)
+    assert v.duration(30 * 86400) == "2592000 s (30 d)"
+    assert v.duration(3600) == "3600 s (1 h)"
+    assert v.duration(90) == "90 s"
+
+
+def test_integers_and_urls_have_a_maximum() -> None:
+    assert v.integers([1, 7], minimum=1, maximum=7) == (1, 7)
+    with pytest.raises(v.BadValueError, match="8 is more than the maximum, 7"):
+        v.integers_text("1,8", minimum=1, maximum=7)
+    with pytest.raises(v.BadValueError, match="3 URLs are more than the maximum, 2"):
+        v.webhook_urls(["http://a", "http://b", "http://c"], maximum=2)
+
+
+def test_a_path_longer_than_path_max_is_refused_here_not_by_the_kernel_later() -> None:
+    assert v.string("/" + "a" * (v.PATH_MAX - 2), absolute_path=True)
+    with pytest.raises(v.BadValueError, match="PATH_MAX"):
+        v.string("/" + "a" * (v.PATH_MAX - 1), absolute_path=True)
 
 
 def test_commands_from_text_are_split_without_a_shell() -> None:
@@ -98,8 +121,8 @@ def test_show_writes_values_as_toml() -> None:
 def test_webhook_urls_from_the_environment_never_quote_a_bad_array() -> None:
     """list_text's error quotes the text; for webhooks the text is secret URLs."""
     url = "https://hooks.example.com/services/T0/B0/s3cr3t"
-    assert v.webhook_urls_text(f'["{url}"]') == (url,)
+    assert v.webhook_urls_text(f'["{url}"]', maximum=1) == (url,)
     with pytest.raises(v.BadValueError) as caught:
-        v.webhook_urls_text(f'["{url}", ')
+        v.webhook_urls_text(f'["{url}", ', maximum=1)
     assert "s3cr3t" not in str(caught.value)
     assert "is not a TOML array" in str(caught.value)

@@ -20,6 +20,16 @@ from watchdog.core.vocabulary import (
 )
 
 ENV_PREFIX = "TPU_WATCHDOG_"
+# The bounds, each justified in docs/configuration.md ("Bounds"): a value past one is a typo or a unit
+# mistake, and nothing within them can make a drain fail later (every deadline is a representable time,
+# every timeout one threading accepts).
+MAX_MAINTENANCE_GRACE = 86400.0  # 24 h: the longest stopping notice GCE gives is 1 h
+MAX_PREEMPTION_GRACE = 3600.0  # 1 h: a preempted VM stops about 30 s after its notice
+MAX_DRAIN_BEFORE_WINDOW = 30 * 86400.0  # 30 d: scheduled maintenance is announced about 7 days ahead
+MAX_HOOK_TIMEOUT = 3600.0  # 1 h: a hook still running then is stuck
+MAX_PID = 4194304  # PID_MAX_LIMIT: the kernel's cap on kernel.pid_max
+MAX_UID = 4294967294  # uid_t; (uid_t)-1 is "no uid"
+MAX_WEBHOOKS = 16  # each URL has a sender thread and a queue of its own
 MIGRATE_ACTIONS = ("ignore", "drain")
 UNKNOWN_EVENT_ACTIONS = ("drain", "ignore")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -47,15 +57,21 @@ class Setting:
 
 
 def _seconds(
-    key: str, attr: str, default: float, flag: str | None, what: str, positive: bool = False
+    key: str,
+    attr: str,
+    default: float,
+    flag: str | None,
+    what: str,
+    maximum: float,
+    positive: bool = False,
 ) -> Setting:
     return Setting(
         key,
         attr,
         default,
-        functools.partial(v.seconds, positive=positive),
-        functools.partial(v.seconds_text, positive=positive),
-        f"seconds, a number {'>' if positive else '>='} 0 ({what})",
+        functools.partial(v.seconds, maximum=maximum, positive=positive),
+        functools.partial(v.seconds_text, maximum=maximum, positive=positive),
+        f"seconds, a number {'>' if positive else '>='} 0 and <= {v.duration(maximum)} ({what})",
         flag,
     )
 
@@ -79,8 +95,8 @@ def _hook(attr: str, when: str) -> Setting:
 _ABSOLUTE_GLOBS = functools.partial(v.strings, absolute_path=True, non_empty=True)
 _ABSOLUTE_PATHS = functools.partial(v.strings, absolute_path=True)
 _NAMES = functools.partial(v.strings, absolute_path=False)
-_PIDS = functools.partial(v.integers, minimum=1)
-_UIDS = functools.partial(v.integers, minimum=0)
+_PIDS = functools.partial(v.integers, minimum=1, maximum=MAX_PID)
+_UIDS = functools.partial(v.integers, minimum=0, maximum=MAX_UID)
 _STATE_DIR = functools.partial(v.string, absolute_path=True)
 
 SETTINGS: tuple[Setting, ...] = (
@@ -144,8 +160,8 @@ SETTINGS: tuple[Setting, ...] = (
         "exclude_pids",
         (),
         _PIDS,
-        functools.partial(v.integers_text, minimum=1),
-        "a list of process ids >= 1",
+        functools.partial(v.integers_text, minimum=1, maximum=MAX_PID),
+        f"a list of process ids from 1 to {MAX_PID}",
         "--exclude",
     ),
     Setting(
@@ -162,8 +178,8 @@ SETTINGS: tuple[Setting, ...] = (
         "exclude_uids",
         (),
         _UIDS,
-        functools.partial(v.integers_text, minimum=0),
-        "a list of user ids >= 0",
+        functools.partial(v.integers_text, minimum=0, maximum=MAX_UID),
+        f"a list of user ids from 0 to {MAX_UID}",
         "--exclude",
     ),
     _seconds(
@@ -172,6 +188,7 @@ SETTINGS: tuple[Setting, ...] = (
         DEFAULT_MAINTENANCE_GRACE,
         "--grace",
         "the wait before SIGKILL on maintenance",
+        MAX_MAINTENANCE_GRACE,
     ),
     _seconds(
         "drain.preemption_grace",
@@ -179,6 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
         DEFAULT_PREEMPTION_GRACE,
         "--preempt-grace",
         "the wait before SIGKILL on preemption",
+        MAX_PREEMPTION_GRACE,
     ),
     _choice("drain.on_timeout", "on_timeout", DEFAULT_ON_TIMEOUT, ON_TIMEOUT, "--on-timeout"),
     _choice("events.migrate", "migrate_action", "ignore", MIGRATE_ACTIONS),
@@ -187,9 +205,10 @@ SETTINGS: tuple[Setting, ...] = (
         "upcoming_maintenance.drain_before_window",
         "drain_before_window",
         None,
-        v.optional_seconds,
-        v.optional_seconds_text,
-        "seconds before the window starts, a number >= 0; 0 = off",
+        functools.partial(v.optional_seconds, maximum=MAX_DRAIN_BEFORE_WINDOW),
+        functools.partial(v.optional_seconds_text, maximum=MAX_DRAIN_BEFORE_WINDOW),
+        f"seconds before the window starts, a number >= 0 and <= {v.duration(MAX_DRAIN_BEFORE_WINDOW)}; "
+        "0 = off",
     ),
     Setting(
         "upcoming_maintenance.drain_when_ongoing",
@@ -208,6 +227,7 @@ SETTINGS: tuple[Setting, ...] = (
         30.0,
         None,
         "how long a hook may run before it is killed",
+        MAX_HOOK_TIMEOUT,
         positive=True,
     ),
     Setting(
@@ -223,10 +243,10 @@ SETTINGS: tuple[Setting, ...] = (
         "notify.webhooks",
         "webhooks",
         (),
-        v.webhook_urls,
-        v.webhook_urls_text,
-        "a list of http(s) URLs, each sent a JSON POST per event (a secret: shown redacted), e.g. "
-        '["https://hooks.slack.com/services/..."]',
+        functools.partial(v.webhook_urls, maximum=MAX_WEBHOOKS),
+        functools.partial(v.webhook_urls_text, maximum=MAX_WEBHOOKS),
+        f"a list of at most {MAX_WEBHOOKS} http(s) URLs, each sent a JSON POST per event (a secret: shown "
+        'redacted), e.g. ["https://hooks.slack.com/services/..."]',
         "--webhook",
         secret=True,
     ),

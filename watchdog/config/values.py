@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import math
+import os
 import re
 import shlex
 import sys
@@ -38,6 +39,7 @@ class Address:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
+PATH_MAX = 4096  # bytes, with the terminating NUL: the kernel refuses a longer path (ENAMETOOLONG)
 _HOSTNAME_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -72,8 +74,16 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
-def seconds(value: object, *, positive: bool = False) -> float:
-    """A duration in seconds: a finite number, >= 0 (or > 0 when `positive`)."""
+def duration(number: float) -> str:
+    """Seconds in words for a bound: `86400 s (24 h)`, `2592000 s (30 d)`."""
+    for unit, size, least in (("d", 86400, 2 * 86400), ("h", 3600, 3600), ("min", 60, 60)):
+        if number >= least and number % size == 0:
+            return f"{number:.0f} s ({number / size:.0f} {unit})"
+    return f"{number:g} s"
+
+
+def seconds(value: object, *, maximum: float, positive: bool = False) -> float:
+    """A duration in seconds: a finite number, >= 0 (or > 0 when `positive`), at most `maximum`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadValueError(f"{show(value)} is {_type_name(value)}, not a number of seconds")
     number = float(value)
@@ -83,25 +93,27 @@ def seconds(value: object, *, positive: bool = False) -> float:
         raise BadValueError(f"{show(value)} is negative")
     if positive and number == 0:
         raise BadValueError("0 is not allowed here")
+    if number > maximum:
+        raise BadValueError(f"{number:g} is more than the maximum, {duration(maximum)}")
     return number
 
 
-def seconds_text(text: str, *, positive: bool = False) -> float:
+def seconds_text(text: str, *, maximum: float, positive: bool = False) -> float:
     try:
         number = float(text.strip())
     except ValueError:
         raise BadValueError(f"{text!r} is not a number of seconds") from None
-    return seconds(number, positive=positive)
+    return seconds(number, maximum=maximum, positive=positive)
 
 
-def optional_seconds(value: object) -> float | None:
+def optional_seconds(value: object, *, maximum: float) -> float | None:
     """Seconds where 0 means off (None)."""
-    number = seconds(value)
+    number = seconds(value, maximum=maximum)
     return number or None
 
 
-def optional_seconds_text(text: str) -> float | None:
-    return None if text.strip() in ("", "off") else optional_seconds(seconds_text(text))
+def optional_seconds_text(text: str, *, maximum: float) -> float | None:
+    return None if text.strip() in ("", "off") else seconds_text(text, maximum=maximum) or None
 
 
 def boolean(value: object) -> bool:
@@ -138,6 +150,8 @@ def string(value: object, *, absolute_path: bool = False) -> str:
         raise BadValueError(f"{value!r:.80} holds a NUL character, which no path, name or argument can")
     if absolute_path and not value.startswith("/"):
         raise BadValueError(f"{show(value)} is not an absolute path")
+    if absolute_path and len(os.fsencode(value)) >= PATH_MAX:
+        raise BadValueError(f"{value!r:.80}... is longer than Linux's PATH_MAX ({PATH_MAX} bytes)")
     return value
 
 
@@ -164,7 +178,7 @@ def networks(value: object) -> tuple[str, ...]:
     return tuple(result)
 
 
-def integers(value: object, *, minimum: int) -> tuple[int, ...]:
+def integers(value: object, *, minimum: int, maximum: int) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise BadValueError(f"{show(value)} is {_type_name(value)}, not a list of integers")
     result = []
@@ -173,6 +187,8 @@ def integers(value: object, *, minimum: int) -> tuple[int, ...]:
             raise BadValueError(f"{show(item)} is {_type_name(item)}, not an integer")
         if item < minimum:
             raise BadValueError(f"{item} is less than {minimum}")
+        if item > maximum:
+            raise BadValueError(f"{item} is more than the maximum, {maximum}")
         result.append(item)
     return tuple(result)
 
@@ -191,13 +207,13 @@ def list_text(text: str) -> list[object]:
     return [word.strip() for word in stripped.split(",") if word.strip()]
 
 
-def integers_text(text: str, *, minimum: int) -> tuple[int, ...]:
+def integers_text(text: str, *, minimum: int, maximum: int) -> tuple[int, ...]:
     words = list_text(text)
     try:
         numbers: list[object] = [int(w) if isinstance(w, str) else w for w in words]
     except ValueError:
         raise BadValueError(f"{text!r} is not a list of integers") from None
-    return integers(numbers, minimum=minimum)
+    return integers(numbers, minimum=minimum, maximum=maximum)
 
 
 def command(value: object) -> tuple[str, ...] | None:
@@ -276,10 +292,13 @@ def metadata_host(value: object) -> str:
     return text
 
 
-def webhook_urls(value: object) -> tuple[str, ...]:
-    """Webhook URLs: http(s) with a host. A URL is a secret, so a message shows it only redacted."""
+def webhook_urls(value: object, *, maximum: int) -> tuple[str, ...]:
+    """At most `maximum` webhook URLs: http(s) with a host. A URL is a secret, so a message shows it only
+    redacted."""
     if not isinstance(value, list):
         raise BadValueError(f"{_type_name(value)} is not a list of URLs")
+    if len(value) > maximum:
+        raise BadValueError(f"{len(value)} URLs are more than the maximum, {maximum}")
     urls = []
     for item in value:
         if not isinstance(item, str):
@@ -298,7 +317,7 @@ def webhook_urls(value: object) -> tuple[str, ...]:
     return tuple(urls)
 
 
-def webhook_urls_text(text: str) -> tuple[str, ...]:
+def webhook_urls_text(text: str, *, maximum: int) -> tuple[str, ...]:
     """From the environment: a TOML array, or URLs separated by commas or white space."""
     stripped = text.strip()
     if stripped.startswith("["):
@@ -309,5 +328,5 @@ def webhook_urls_text(text: str) -> tuple[str, ...]:
                 "the value (not shown: it holds webhook URLs) is not a TOML array; give "
                 '["https://...", ...] or URLs separated by commas'
             ) from None
-        return webhook_urls(items)
-    return webhook_urls([word for word in re.split(r"[,\s]+", stripped) if word])
+        return webhook_urls(items, maximum=maximum)
+    return webhook_urls([word for word in re.split(r"[,\s]+", stripped) if word], maximum=maximum)
