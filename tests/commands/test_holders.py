@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.kubepods import KubepodsCgroup
 from tests.support.proctree import ProcTree
 
 HOLD = "import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); print('ready', flush=True); sys.stdin.read()"
@@ -30,7 +31,12 @@ print(child, flush=True)
 sys.stdin.read()
 os.waitpid(child, 0)
 """
-COLUMNS = ["COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "SIGTERM", "FD-DEVICES", "CGROUP", "ARGS"]
+COLUMNS = [
+    *("COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "SIGTERM", "FD-DEVICES", "WORKLOAD", "CGROUP"),
+    "ARGS",
+]
+POD_UID = "8d3f5c2a-1b4e-4c6d-9e8f-0a1b2c3d4e5f"
+CONTAINER_ID = "4f1c2e6a8b9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091"
 
 
 def holders(*args: str) -> subprocess.CompletedProcess[str]:
@@ -77,7 +83,7 @@ def test_table_lists_the_holder_like_lsof(node: Path, holder: subprocess.Popen[s
     rows = {int(line.split()[1]): re.split(r"  +", line) for line in lines[1:]}
     assert rows[holder.pid][2:4] == [str(os.getpid()), "root"]
     assert rows[holder.pid][5:8] == ["-", "default", str(node)]  # no children; no handler; the node
-    assert rows[holder.pid][9] == f"{sys.executable} -c {' '.join(HOLD.split())} {node}"  # argv on one line
+    assert rows[holder.pid][10] == f"{sys.executable} -c {' '.join(HOLD.split())} {node}"  # argv on one line
 
 
 @pytest.fixture
@@ -121,7 +127,7 @@ def test_json_lists_the_holder(node: Path, holder: subprocess.Popen[str]) -> Non
     found = {entry["pid"]: entry for entry in json.loads(done.stdout)}
     entry = found[holder.pid]
     assert set(entry) == {
-        *("pid", "start_time", "name", "cmdline", "uid", "ppid", "devices", "cgroup", "sigterm"),
+        *("pid", "start_time", "name", "cmdline", "uid", "ppid", "devices", "cgroup", "workload", "sigterm"),
         *("user", "create_time", "children"),  # psutil's facts
     }
     assert entry["devices"] == [str(node)]
@@ -129,6 +135,30 @@ def test_json_lists_the_holder(node: Path, holder: subprocess.Popen[str]) -> Non
     assert entry["cmdline"][:2] == [sys.executable, "-c"]
     assert entry["uid"] == 0
     assert isinstance(entry["start_time"], int)
+
+
+def test_a_holder_in_a_pod_s_cgroup_is_named_by_its_pod(
+    tmp_path: Path, node: Path, holder: subprocess.Popen[str]
+) -> None:
+    """A real cgroup as the kubelet makes it, a real holder moved into it: the WORKLOAD column and the
+    --json `workload` name the pod (a fixture kubelet log directory names it)."""
+    with KubepodsCgroup() as cgroup:
+        cgroup.enter(holder.pid)
+        logs = tmp_path / "node" / "var/log/pods" / f"ml_trainer-0_{cgroup.pod_uid}"
+        logs.mkdir(parents=True)
+        table = holders("--device", f"{node.parent}/accel*", "--node-root", str(tmp_path / "node"))
+        done = holders("--device", f"{node.parent}/accel*", "--node-root", str(tmp_path / "node"), "--json")
+    assert table.returncode == 0, table.stderr
+    row = {int(line.split()[1]): re.split(r"  +", line) for line in table.stdout.splitlines()[1:]}[holder.pid]
+    assert row[8:10] == ["pod ml/trainer-0", cgroup.path]
+    workload = {entry["pid"]: entry for entry in json.loads(done.stdout)}[holder.pid]["workload"]
+    assert workload["kind"] == "pod"
+    assert (workload["pod_uid"], workload["container_id"]) == (cgroup.pod_uid, cgroup.container_id)
+    assert (workload["runtime"], workload["pod_namespace"], workload["pod_name"]) == (
+        "containerd",
+        "ml",
+        "trainer-0",
+    )
 
 
 def test_no_holder_exits_1_and_says_why(tmp_path: Path) -> None:
@@ -158,13 +188,15 @@ def test_fixture_tree_shows_names_uids_and_cgroups(tmp_path: Path) -> None:
     tree.add(
         4000,
         "train one",
-        cgroup="0::/kubepods/pod1/c1\n",
+        cgroup=f"0::/kubepods/burstable/pod{POD_UID}/{CONTAINER_ID}\n",
         fds={3: f"{dev}/accel1", 4: f"{dev}/accel0"},
         signals=(0x1000, 0x4002),
     )  # SIGTERM (bit 14) caught; SIGINT caught; SIGPIPE ignored
     tree.add(4001, "lockholder", uid=4242424, fds={9: str(lock)})  # no passwd entry: the uid itself
+    (tmp_path / "node" / "var/log/pods" / f"ml_trainer-0_{POD_UID}").mkdir(parents=True)
     done = holders(
-        "--device", f"{dev}/accel*", "--extra-path", str(lock), "--proc-root", str(tmp_path / "proc")
+        *("--device", f"{dev}/accel*", "--extra-path", str(lock), "--proc-root", str(tmp_path / "proc")),
+        *("--node-root", str(tmp_path / "node")),
     )
     assert done.returncode == 0, done.stderr
     rows = [re.split(r"  +", line) for line in done.stdout.splitlines()]
@@ -182,10 +214,14 @@ def test_fixture_tree_shows_names_uids_and_cgroups(tmp_path: Path) -> None:
             "-",
             "caught",
             f"{dev}/accel0,{dev}/accel1",
-            "/kubepods/pod1/c1",
+            "pod ml/trainer-0",  # the pod's uid from the cgroup, its names from the kubelet's log directory
+            f"/kubepods/burstable/pod{POD_UID}/{CONTAINER_ID}",
             argv,
         ],
-        ["lockholder", "4001", "1", "4242424", started, "-", "-", str(lock), session, argv],  # masks unknown
+        [
+            *("lockholder", "4001", "1", "4242424", started, "-", "-", str(lock)),  # masks unknown
+            *("unit session-1.scope", session, argv),
+        ],
     ]
     assert len({column_starts(line) for line in done.stdout.splitlines()}) == 1  # aligned like lsof
 

@@ -24,7 +24,10 @@ if TYPE_CHECKING:  # typing only: psutil is imported when there are holders to d
 
     Facts = Mapping[ProcessIdentity, HolderFacts]
 
-COLUMNS = ("COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "SIGTERM", "FD-DEVICES", "CGROUP", "ARGS")
+COLUMNS = (
+    *("COMMAND", "PID", "PPID", "USER", "STARTED", "CHILDREN", "SIGTERM", "FD-DEVICES"),
+    *("WORKLOAD", "CGROUP", "ARGS"),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--proc-root", default="/proc", metavar="DIR", help="the proc tree to read (default /proc)"
     )
+    parser.add_argument(
+        "--node-root",
+        default="/",
+        metavar="DIR",
+        help="where the node's kubelet files are (DIR/var/lib/kubelet, DIR/var/log/pods; default /)",
+    )
 
 
 def as_json(holders: Sequence[Holder], facts: Facts) -> str:
@@ -66,6 +75,7 @@ def _entry(h: Holder, facts: HolderFacts | None) -> dict[str, object]:
         "ppid": h.ppid,
         "devices": list(h.devices),
         "cgroup": h.cgroup,
+        "workload": h.workload.to_dict(),  # docs/holder-identity.md; null fields where unknown
         "sigterm": h.sigterm.value if h.sigterm else None,  # caught, ignored, default; null: not told
         "user": None if facts is None else facts.user,
         "create_time": None if facts is None else facts.create_time,
@@ -98,6 +108,7 @@ def _row(h: Holder, facts: HolderFacts | None) -> tuple[str, ...]:
         ",".join(map(str, children)) if children else "-",
         h.sigterm.value if h.sigterm else "-",
         ",".join(h.devices),
+        h.workload.describe() or "-",
         h.cgroup or "-",
         " ".join(" ".join(h.cmdline).split()) or "-",  # one line, whatever the argv holds (python -c "...")
     )
@@ -120,10 +131,13 @@ def run(args: argparse.Namespace) -> int:
     if any(not p for p in [*patterns, *args.extra_paths]):
         sys.stderr.write("tpu-watchdog holders: error: --device and --extra-path need a non-empty value\n")
         return EXIT_USAGE
-    if not os.path.isdir(args.proc_root):
-        sys.stderr.write(f"tpu-watchdog holders: error: --proc-root {args.proc_root}: not a directory\n")
-        return EXIT_USAGE
-    scanner = HolderScanner(patterns=patterns, extra_paths=args.extra_paths, proc_root=args.proc_root)
+    for flag, root in (("--proc-root", args.proc_root), ("--node-root", args.node_root)):
+        if not os.path.isdir(root):
+            sys.stderr.write(f"tpu-watchdog holders: error: {flag} {root}: not a directory\n")
+            return EXIT_USAGE
+    scanner = HolderScanner(
+        patterns=patterns, extra_paths=args.extra_paths, proc_root=args.proc_root, node_root=args.node_root
+    )
     result = scanner.scan()
     facts: Facts = {}
     if result.holders:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from watchdog.core.vocabulary import SigtermDisposition
+from watchdog.core.workload import NO_WORKLOAD, Workload
 
 
 @dataclass(frozen=True, order=True)
@@ -34,6 +35,7 @@ class Holder:
     cgroup: str = ""
     ppid: int = 0
     sigterm: SigtermDisposition | None = None  # None: /proc did not say (a fixture tree, an odd kernel)
+    workload: Workload = NO_WORKLOAD  # its systemd unit, container, pod (core/workload.py)
 
     @property
     def pid(self) -> int:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.host.procfs import KTHREADD_PID, ProcessGoneError, ProcessUnreadableError, Procfs
+from watchdog.host.procfs import KTHREADD_PID, ProcessGoneError, ProcessUnreadableError, Procfs, pick_cgroup
+from watchdog.host.workload import WorkloadReader
 
 DEFAULT_PATTERNS = ("/dev/accel*", "/dev/vfio/*")
 # mount namespace -> fd target path -> whether it is one of the devices, remembered for one scan.
@@ -162,12 +163,14 @@ class HolderScanner:
         excludes: Excludes | None = None,
         proc_root: str = "/proc",
         workers: int = 1,
+        node_root: str = "/",
     ) -> None:
         self.patterns = tuple(patterns)
         self.extra_paths = tuple(extra_paths)
         self.excludes = excludes if excludes is not None else Excludes()
         self.procfs = Procfs(proc_root)
         self.workers = workers
+        self.workloads = WorkloadReader(proc_root, node_root)  # node_root: where the kubelet's files are
 
     def devices(self) -> DeviceSet:
         return find_devices(self.patterns, self.extra_paths)
@@ -325,15 +328,17 @@ class HolderScanner:
         if cmdline and os.path.basename(cmdline[0]) in self.excludes.names:
             return None
         held = self._devices_held(pid, devices, {}) or []  # closed them (or exited) since the first read
+        cgroup = procfs.cgroup_text(pid)
         return Holder(
             identity=ProcessIdentity(pid, st.start_time),
             name=st.name,
             cmdline=cmdline,
             uid=uid,
             devices=tuple(sorted(set(held))),
-            cgroup=procfs.cgroup(pid),
+            cgroup=pick_cgroup(cgroup),
             ppid=st.ppid,
             sigterm=sigterm,
+            workload=self.workloads.read(pid, cgroup),
         )
 
 

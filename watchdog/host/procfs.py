@@ -227,7 +227,11 @@ class Procfs:
         return parse_cmdline(self._read(pid, "cmdline"))
 
     def cgroup(self, pid: int) -> str:
-        return pick_cgroup(self._read(pid, "cgroup").decode("utf-8", errors="replace"))
+        return pick_cgroup(self.cgroup_text(pid))
+
+    def cgroup_text(self, pid: int) -> str:
+        """/proc/PID/cgroup as it is: `pick_cgroup` keeps one path, `workload_of_cgroup` reads them all."""
+        return self._read(pid, "cgroup").decode("utf-8", errors="replace")
 
     def children(self, pid: int) -> list[int] | None:
         """PIDs of the direct children of `pid` (those of each of its threads), ascending; None when the

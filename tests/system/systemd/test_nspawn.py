@@ -233,6 +233,37 @@ def test_drains_holders_of_another_user_through_the_sandbox(daemon: Container) -
     assert hook.strip() == "maintenance-event=TERMINATE_ON_HOST_MAINTENANCE"
 
 
+def test_holders_names_the_unit_and_the_scope_of_each_holder(container: Container) -> None:
+    """A service (systemd-run --unit) and a scope (systemd-run --scope) holding the device, under a real
+    manager: `holders` names each one's unit and slice, read from its cgroup."""
+    service, scope = "tpuwd-identity-service.service", "tpuwd-identity-scope.scope"
+    path = f"{DEVICE_DIR}/accel0"
+    service_pid = start_holder(container, service, path)
+    run_scope = f"systemd-run --scope --unit={scope} /bin/sleep infinity < {path} > /dev/null 2>&1 &"
+    container.run("/bin/sh", "-c", run_scope)  # the scope runs in the foreground: left in the background
+    try:
+        active = lambda: not has_stopped(container, scope)  # noqa: E731
+        wait_for(active, 20, 0.1, f"{scope} to start")
+        listed = container.run(
+            str(BIN / "tpu-watchdog"), "holders", "--device", f"{DEVICE_DIR}/accel*", "--json"
+        )
+        found = {str(entry["pid"]): entry["workload"] for entry in json.loads(listed.stdout)}
+        assert found[service_pid] == {
+            "kind": "systemd_unit", "unit": service, "slice": "system.slice", "runtime": None,
+            "container_id": None, "pod_uid": None, "pod_namespace": None, "pod_name": None,
+            "container_name": None,
+        }  # fmt: skip
+        scoped = [w for pid, w in found.items() if pid != service_pid]
+        assert [(w["kind"], w["unit"], w["slice"]) for w in scoped] == [
+            ("systemd_unit", scope, "system.slice")
+        ]
+        table = container.run(str(BIN / "tpu-watchdog"), "holders", "--device", f"{DEVICE_DIR}/accel*").stdout
+        assert f"unit {service}" in table, table
+        assert f"unit {scope}" in table, table
+    finally:
+        container.run("systemctl", "stop", service, scope, check=False)
+
+
 def test_watchdog_kills_and_restarts_a_wedged_daemon(daemon: Container) -> None:
     first = show(daemon)["MainPID"]
     daemon.run("touch", WEDGE)

@@ -1,0 +1,114 @@
+"""Reading which workload a holder belongs to: its cgroup, and for a Kubernetes pod the files that name it.
+
+As root on the node, without the API server (docs/holder-identity.md): the pod's uid is in the cgroup path;
+its namespace and name in the kubelet's pod log directory (`/var/log/pods/<namespace>_<name>_<uid>`), else the
+namespace in the container's service account mount and the name as its hostname (HOSTNAME in its environment,
+else the kubelet's etc-hosts); the container's name in the kubelet's bind mount of its termination log, else
+the one entry of `/var/lib/kubelet/pods/<uid>/containers/`. Both roots are injectable (a fixture tree).
+
+A container's files are the container's to make: each is opened without following a FIFO into a hang
+(O_NONBLOCK, regular files only) and read to a bound; what is missing or odd is None, never an error.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import replace
+
+from watchdog.core.workload import (
+    NO_WORKLOAD,
+    Workload,
+    container_of_mountinfo,
+    dns_name,
+    hostname_of_environ,
+    hostname_of_etc_hosts,
+    pod_of_log_dir,
+    workload_of_cgroup,
+)
+
+SERVICE_ACCOUNT_NAMESPACE = "var/run/secrets/kubernetes.io/serviceaccount/namespace"  # in the container
+KUBELET_PODS = "var/lib/kubelet/pods"
+POD_LOGS = "var/log/pods"
+_LIMIT = 1 << 20  # an environment or a mountinfo beyond this is cut; a name is in the first few KiB
+
+
+def read_bounded(path: str, limit: int = _LIMIT) -> bytes | None:
+    """The first `limit` bytes of the regular file at `path`, or None (missing, unreadable, not a regular
+    file: a FIFO a container left there is never waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _text(path: str, limit: int = _LIMIT) -> str | None:
+    raw = read_bounded(path, limit)
+    return None if raw is None else raw.decode("utf-8", errors="replace")
+
+
+class WorkloadReader:
+    """Tells the workload of a process from `proc_root` and the node's files under `node_root`."""
+
+    def __init__(self, proc_root: str = "/proc", node_root: str = "/") -> None:
+        self.proc_root = proc_root.rstrip("/") or "/"
+        self.node_root = node_root.rstrip("/")
+
+    def read(self, pid: int, cgroup_text: str | None = None) -> Workload:
+        """The workload of `pid`; `cgroup_text` when the caller has read /proc/PID/cgroup already."""
+        if cgroup_text is None:
+            cgroup_text = _text(f"{self.proc_root}/{pid}/cgroup")
+            if cgroup_text is None:
+                return NO_WORKLOAD
+        found = workload_of_cgroup(cgroup_text)
+        if found.pod_uid is None:
+            return found
+        return self._pod(pid, found, found.pod_uid)
+
+    def _pod(self, pid: int, found: Workload, uid: str) -> Workload:
+        namespace, name = self._from_log_dir(uid) or (None, None)
+        if namespace is None:
+            namespace = dns_name(_text(f"{self.proc_root}/{pid}/root/{SERVICE_ACCOUNT_NAMESPACE}", 4096))
+        if name is None:
+            environ = read_bounded(f"{self.proc_root}/{pid}/environ")
+            name = None if environ is None else hostname_of_environ(environ)
+        pod_dir = f"{self.node_root}/{KUBELET_PODS}/{uid}"
+        if name is None:
+            hosts = _text(f"{pod_dir}/etc-hosts", 65536)
+            name = None if hosts is None else hostname_of_etc_hosts(hosts)
+        mountinfo = _text(f"{self.proc_root}/{pid}/mountinfo")
+        container = None if mountinfo is None else container_of_mountinfo(mountinfo, uid)
+        if container is None:
+            try:
+                entries = os.listdir(f"{pod_dir}/containers")
+            except OSError:
+                entries = []
+            container = dns_name(entries[0]) if len(entries) == 1 else None
+        return replace(found, pod_namespace=namespace, pod_name=name, container_name=container)
+
+    def _from_log_dir(self, uid: str) -> tuple[str, str] | None:
+        try:
+            names = os.listdir(f"{self.node_root}/{POD_LOGS}")
+        except OSError:
+            return None
+        for entry in names:
+            if entry.endswith(uid):
+                pod = pod_of_log_dir(entry, uid)
+                if pod is not None:
+                    return pod
+        return None
