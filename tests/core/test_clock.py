@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import math
 import time
+
+import pytest
 
 from watchdog.core.clock import Clock, SystemClock, time_left, utc_time
 
@@ -40,3 +43,20 @@ def test_times_read_as_utc_with_a_z_and_deadlines_in_words() -> None:
         "passed just now",
         "passed 3 s ago",
     ]
+
+
+@pytest.mark.parametrize(
+    ("epoch", "written"),
+    [
+        (1.0e12, "9999-12-31T23:59:59.999Z"),  # year 33715: a deadline of an extreme grace
+        (math.inf, "9999-12-31T23:59:59.999Z"),
+        (math.nan, "9999-12-31T23:59:59.999Z"),
+        (-1.0e12, "0001-01-01T00:00:00.000Z"),
+        (-math.inf, "0001-01-01T00:00:00.000Z"),
+        (1764600001.5, "2025-12-01T14:40:01.500Z"),
+    ],
+)
+def test_utc_time_never_raises_a_time_beyond_its_years_is_the_nearest_it_can_write(
+    epoch: float, written: str
+) -> None:
+    assert utc_time(epoch) == written

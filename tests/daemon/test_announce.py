@@ -12,10 +12,17 @@ import pytest
 
 from tests.support.daemon_harness import PREEMPTED, DaemonHarness
 from tests.support.workloads import Workloads
+from watchdog.config.settings import default_config
+from watchdog.core.clock import SystemClock
 from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle
+from watchdog.daemon.announce import Announcer
+from watchdog.daemon.notices import Notices
+from watchdog.daemon.outputs import Outputs
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.store.statefile import StateStore
+from watchdog.surface.hooks import HookRunner
 from watchdog.surface.logs import KIND
+from watchdog.surface.metrics import Metrics
 
 
 def said(caplog: pytest.LogCaptureFixture, kind: str) -> list[logging.LogRecord]:
@@ -71,3 +78,19 @@ def test_an_old_style_event_id_on_file_still_matches_its_drain(tmp_path: Path) -
     assert life.drain is not None
     assert life.drain.event_ids == [old]
     assert life.events["preempted"].event_id == old
+
+
+def test_an_event_with_a_deadline_past_year_9999_is_announced_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A far deadline (a huge grace) once made the event-start line raise before its drain started."""
+    caplog.set_level(logging.INFO)
+    config = default_config()
+    metrics = Metrics()
+    notices = Notices(None, dict, SystemClock(), dry_run=False)
+    announce = Announcer(config, HookRunner.from_config(config), notices, metrics, Outputs(metrics))
+    far = Event("e1", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 1.0e9, deadline=1.0e12)
+    announce.event_started(far, far.deadline)
+    (started,) = said(caplog, "event_started")
+    assert "deadline 9999-12-31T23:59:59.999Z" in started.getMessage()
+    assert metrics.registry.get_sample_value("tpu_watchdog_output_errors_total", {"output": "log"}) == 0

@@ -15,6 +15,7 @@ from watchdog.core.clock import SystemClock
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import SigtermDisposition
+from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.view import StatusView
 from watchdog.metadata.errors import ErrorKind, MetadataError
@@ -31,7 +32,7 @@ def reporter(tmp_path: Path) -> Reporter:
     watcher = MetadataWatcher(MetadataTransport("127.0.0.1:9"), lambda _: None, threading.Event())
     config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
     view = StatusView(config, SystemClock(), watcher, Lifecycle(), CollectorRegistry())
-    return Reporter(metrics, view, StateStore(str(tmp_path)), "drain")
+    return Reporter(metrics, view, StateStore(str(tmp_path)), "drain", Outputs(metrics))
 
 
 def errors(r: Reporter, kind: str) -> float:

@@ -13,6 +13,7 @@ from tests.support.workloads import OwnScanner, Workloads
 from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
 from watchdog.core.drain_record import DrainRecord, Outcome
+from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.runner import DrainOrder, DrainRunner
 from watchdog.host.holders import ScanResult
 from watchdog.store.statefile import StateStore
@@ -23,9 +24,11 @@ def runner_for(workloads: Workloads, state_dir: Path) -> tuple[DrainRunner, queu
     done: queue.Queue[DrainRecord | None] = queue.Queue()
     config = dataclasses.replace(default_config(), devices=(str(workloads.device),), state_dir=str(state_dir))
     store = StateStore(str(state_dir))
+    metrics = Metrics()
     runner = DrainRunner(
-        config, scanner=OwnScanner(workloads), store=store, metrics=Metrics(), clock=SystemClock(),
+        config, scanner=OwnScanner(workloads), store=store, metrics=metrics, clock=SystemClock(),
         stop=threading.Event(), done=done.put, published=lambda _: None, persistence_changed=lambda: None,
+        outputs=Outputs(metrics),
     )  # fmt: skip
     runner.persisted.set()
     return runner, done

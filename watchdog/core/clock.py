@@ -30,8 +30,15 @@ class SystemClock:
 
 def utc_time(epoch: float, timespec: str = "milliseconds") -> str:
     """RFC 3339 in UTC with a Z, e.g. 2026-12-01T13:45:01.123Z: how every time is written for people and
-    machines alike (log lines, event ids, webhooks)."""
-    moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    machines alike (log lines, event ids, webhooks). Never raises: a time past year 9999 (a far deadline
+    of a huge grace) or not a number is written as 9999-12-31T23:59:59.999Z, one before year 1 as
+    0001-01-01T00:00:00.000Z, since a line about a drain must never fail on its own arguments."""
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    except (OverflowError, ValueError, OSError):  # out of datetime's years, or NaN
+        moment = (datetime.datetime.min if epoch < 0 else datetime.datetime.max).replace(
+            tzinfo=datetime.timezone.utc
+        )
     return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
 
 

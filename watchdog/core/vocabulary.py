@@ -40,6 +40,20 @@ class SigtermDisposition(str, enum.Enum):
     DEFAULT = "default"  # the kernel's default action: it dies at once, nothing saved
 
 
+class Output(str, enum.Enum):
+    """What the daemon tells (the `tpu_watchdog_output_errors_total` label): each is told after the signal
+    it is about and never stands in its way; a failure of one is caught and counted, never raised."""
+
+    LOG = "log"  # a log line (the journal, stderr)
+    METRICS = "metrics"  # a Prometheus series
+    WEBHOOKS = "webhooks"  # a notice handed to the webhook sender
+    HOOKS = "hooks"  # a site hook started
+    HISTORY = "history"  # the drain history (history.jsonl)
+    STATUS = "status"  # what /status and `tpu-watchdog status` show
+    NOTIFY = "notify"  # sd_notify: READY, STATUS, WATCHDOG, STOPPING
+    HTTP = "http"  # the listener of /metrics and /status (binding it)
+
+
 # The outcomes of a drain that ended: an interrupted one is resumed by the next start, so it never is.
 FINISHED_OUTCOMES: tuple[Outcome, ...] = tuple(o for o in Outcome if o is not Outcome.INTERRUPTED)
 

@@ -1,5 +1,9 @@
 """The daemon: the metadata watches feed one event loop; the loop owns the lifecycle and starts drains.
 
+Signal first, then tell: each step acts (hands a drain to its thread, moves a deadline, cancels), writes
+the state file (all a drain's first signal waits for), and only then tells (log lines, webhooks, hooks,
+metrics, history, sd_notify), each guarded by `Outputs`, so no output can delay or stop a signal.
+
 Threads: one per watched key (hanging GETs), one for a running drain, the holder index, the HTTP listener,
 hook runners. Only the loop thread changes the lifecycle; the others talk to it through `self.inbox`. One
 `stop` event ends everything: the loop saves the state and returns within about a second, a drain in
@@ -18,14 +22,12 @@ from dataclasses import dataclass
 
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
-from watchdog.core.clock import Clock, SystemClock, time_left, utc_time
+from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import (
     Action,
     CancelDrain,
-    EventCleared,
-    EventStarted,
     Lifecycle,
     MoveDeadline,
     StartDrain,
@@ -33,7 +35,7 @@ from watchdog.core.lifecycle import (
 from watchdog.core.metadata_values import UpcomingMaintenance
 from watchdog.core.policy import trigger, upcoming_drain_due
 from watchdog.core.process import ProcessIdentity
-from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, DaemonState, Outcome, source_of
+from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL, Announcer
 from watchdog.daemon.departures import Departures
 from watchdog.daemon.drain import Scanner
@@ -41,6 +43,7 @@ from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
 from watchdog.daemon.notices import Notices
+from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.recorder import DrainRecorder
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
@@ -51,7 +54,6 @@ from watchdog.exitcodes import EXIT_OK
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
-from watchdog.surface.logs import fields
 from watchdog.surface.metrics import Metrics
 from watchdog.surface.notify import Notifier
 from watchdog.surface.webhooks import WebhookSender
@@ -96,6 +98,7 @@ class Daemon:
         self.hooks = hooks
         self.notifier = notifier
         self.metrics = metrics
+        self.outputs = Outputs(metrics)
         self.inbox: queue.Queue[WatchEvent | DrainDone | ReloadAsked | None] = queue.Queue()  # None: stop
         self.reloader = reloader  # SIGHUP: what a reload reads, and how it builds a webhook sender
         self.watcher = watcher_factory(self.inbox.put)
@@ -105,18 +108,19 @@ class Daemon:
         )
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
         self.recorder = DrainRecorder(
-            store, config, metrics, self.clock, saved, self.lifecycle, host=lambda: self.view.host
-        )
+            store, config, metrics, self.clock, saved, self.lifecycle, host=lambda: self.view.host,
+            outputs=self.outputs,
+        )  # fmt: skip
         self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
-        self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action)
+        self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action, self.outputs)
         self._identity = identity
         self.notices = Notices(webhooks, lambda: self.view.host, self.clock, config.dry_run)
-        self.announce = Announcer(config, hooks, self.notices)
+        self.announce = Announcer(config, hooks, self.notices, metrics, self.outputs)
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
             done=lambda record: self.inbox.put(DrainDone(record)), published=self.view.drain_update,
-            persistence_changed=self.reporter.persistence,
+            persistence_changed=self.reporter.persistence, outputs=self.outputs,
         )  # fmt: skip
         self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
@@ -147,13 +151,7 @@ class Daemon:
                 target=learn_identity, args=(self._identity, self._identity_learned, self.stop),
                 name="host-identity", daemon=True,
             ).start()  # fmt: skip
-        log.info(
-            "tpu-watchdog started: state %s, devices %s%s",
-            self.lifecycle.state.value,
-            " ".join(self.config.devices),
-            " (dry run: no signal will be sent)" if self.config.dry_run else "",
-            extra=fields("daemon_started", state=self.lifecycle.state.value),
-        )
+        self.announce.daemon_started(self.lifecycle.state.value)
         while not self.stop.is_set():
             self.view.loop_ticked()
             try:
@@ -167,7 +165,8 @@ class Daemon:
                 len(self._answered) >= len(self.watcher.watches) or now - started >= READY_WITHIN
             ):
                 self._ready_sent = True
-                self.notifier.ready(self.view.summary())
+                with self.outputs.guarded(Output.NOTIFY):
+                    self.notifier.ready(self.view.summary())
             self._guarded(self._timers, now)
             self._refresh_admission()
             self._wedge_if_asked()
@@ -210,7 +209,7 @@ class Daemon:
             self._apply(self.lifecycle.observe(source, None, self.clock.wall()))
 
     def _value_changed(self, message: ValueChanged) -> None:
-        self.reporter.metadata_value(message.key, message.value)
+        self.reporter.metadata_value(message.key, message.value)  # guarded: it cannot stop the verdict
         verdict = trigger(message.value, self.policy, self.clock.wall())
         restored = self.lifecycle.events.get(source_of(message.key))
         unconfirmed = restored is not None and not restored.confirmed
@@ -222,12 +221,14 @@ class Daemon:
         # Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time.
         heard = max((s.last_success or 0.0 for s in self.watcher.statuses()), default=0.0)
         if heard:
-            self.metrics.metadata_last_success.set(heard)
+            with self.outputs.guarded(Output.METRICS):
+                self.metrics.metadata_last_success.set(heard)
         self.recorder.tick(now)
         interval = self.notifier.watchdog_interval
         if interval is not None and now >= self._next_ping:
-            self.notifier.watchdog()
             self._next_ping = now + interval
+            with self.outputs.guarded(Output.NOTIFY):
+                self.notifier.watchdog()
         upcoming = self.view.values.get(UPCOMING_MAINTENANCE.source)
         if isinstance(upcoming, UpcomingMaintenance):
             due = upcoming_drain_due(upcoming, self.policy)
@@ -259,24 +260,20 @@ class Daemon:
     # -- actions of the lifecycle --------------------------------------------------------------------
 
     def _apply(self, actions: list[Action]) -> None:
+        """Act, persist, tell: every drain is handed to its thread and the state file written before the
+        first log line, notice, hook or metric of the step, none of which can raise here (`Outputs`)."""
         if not actions:
             return
         for action in actions:
-            if isinstance(action, EventStarted):
-                self.announce.event_started(action.event, self._deadline())
-            elif isinstance(action, StartDrain):
+            if isinstance(action, StartDrain):
                 self._start_drain(action.event.source, action.deadline, resume=action.late)
             elif isinstance(action, MoveDeadline):
                 self.runner.deadline_mono = self._to_mono(action.deadline)
-                self.metrics.set_deadline(action.deadline)
-                moved = utc_time(action.deadline)
-                log.warning("%s moves the drain deadline earlier, to %s", action.because.source, moved)
             elif isinstance(action, CancelDrain):
-                log.warning("cancelling the drain: %s (nothing will be SIGKILLed)", action.reason)
                 self.runner.cancel.set()
-            elif isinstance(action, EventCleared):
-                self.announce.event_cleared(action.event, self._deadline())
         self._changed()
+        for action in actions:
+            self.announce.action(action, self.lifecycle)
 
     def _changed(self) -> None:
         """Persist, then show: the state file first, so a crash right now loses nothing (the drain may
@@ -288,14 +285,15 @@ class Daemon:
             life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
             intents=intents, last_dry_run=life.rehearsed, written=self.runner.persisted.set,
         )  # fmt: skip
-        self.reporter.persistence()
+        self.reporter.persistence()  # guarded, as every output below
         self.recorder.seen(life)  # after the state file: the history never delays a signal
         self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end
-        state = self.lifecycle.state.value
-        self.metrics.set_state(state)
-        if self.lifecycle.drain is None:
-            self.metrics.set_deadline(None)
-        self.notifier.status(self.view.summary())
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.set_state(self.lifecycle.state.value)
+            if self.lifecycle.drain is None:
+                self.metrics.set_deadline(None)
+        with self.outputs.guarded(Output.NOTIFY):
+            self.notifier.status(self.view.summary())
 
     def _resume(self) -> None:
         """An unfinished drain goes on, with its deadline and signals; an undrained event gets its drain."""
@@ -306,28 +304,22 @@ class Daemon:
                 self._apply(waiting)
                 return
         if active is not None:
-            log.warning(
-                "resuming the drain started at %s: deadline unchanged, %s (%s)",
-                utc_time(active.started),
-                utc_time(active.deadline),
-                time_left(active.deadline, self.clock.wall()),
-                extra=fields("state_recovered", state=DaemonState.DRAINING.value),
-            )
             self._start_drain("resumed", active.deadline, resume=True)
         self._changed()
+        if active is not None:
+            self.announce.resumed(active, self.clock.wall())
+            self.announce.drain_started(self.lifecycle, active.deadline, "resumed")
 
     def _start_drain(self, cause: str, deadline: float, resume: bool) -> None:
         """Run the lifecycle's current drain. `resume` (or a late-arrival drain): the signals of this
-        event's earlier drains, on file, still count."""
+        event's earlier drains, on file, still count. Tells nothing: `announce` does, after."""
         self._refresh_admission()
-        self.metrics.set_deadline(deadline)
         already: dict[ProcessIdentity, set[int]] = {}
         if resume:
             for record in self.store.state.signals:
                 already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
         active = self.lifecycle.drain
         self._next_progress = self.clock.monotonic() + self.progress_interval
-        self.announce.drain_started(self.lifecycle, deadline, cause)
         first = self.runner.first_wave(self._to_mono(deadline))
         if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
             self._intents = [(h.identity, "SIGTERM", h.name) for h in first if h.identity not in already]
@@ -358,11 +350,12 @@ class Daemon:
         drain_id, event = self._drain_id(), self.lifecycle.drain_event()
         self.recorder.finished(record, outcome, self.lifecycle)
         waiting = self.lifecycle.drain_finished(outcome.value, self.clock.wall(), rehearsed=record.dry_run)
-        self.announce.drain_finished(record, event, drain_id, self.lifecycle.state.value, self._deadline())
+        state, deadline = self.lifecycle.state.value, self._deadline()
         if waiting:
             self._apply(waiting)  # an event that started while this drain was being cancelled
         else:
             self._changed()
+        self.announce.drain_finished(record, event, drain_id, state, deadline)  # after: a new drain first
 
     def _deadline(self) -> float | None:
         return self.lifecycle.drain.deadline if self.lifecycle.drain else None
@@ -374,8 +367,9 @@ class Daemon:
         return self.clock.monotonic() + (wall_deadline - self.clock.wall())
 
     def _identity_learned(self, identity: HostIdentity) -> None:
-        self.metrics.set_host_info(identity.labels())
         self.view.identity = identity
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.set_host_info(identity.labels())
 
     def _wake_on_stop(self) -> None:
         self.stop.wait()
@@ -389,11 +383,15 @@ class Daemon:
             self.stop.wait()
 
     def _shutdown(self) -> None:
-        self.notifier.stopping(
-            "stopping: state saved" + (", drain resumes on start" if self.runner.running else "")
-        )
+        with self.outputs.guarded(Output.NOTIFY):
+            self.notifier.stopping(
+                "stopping: state saved" + (", drain resumes on start" if self.runner.running else "")
+            )
         self.runner.join(timeout=1.5)
         self.watcher.join(timeout=1.0)
-        self.hooks.close(0.5)
-        self.notices.close(1.0)
-        log.info("tpu-watchdog stopped (state %s)", self.lifecycle.state.value)
+        with self.outputs.guarded(Output.HOOKS):
+            self.hooks.close(0.5)
+        with self.outputs.guarded(Output.WEBHOOKS):
+            self.notices.close(1.0)
+        with self.outputs.guarded(Output.LOG):
+            log.info("tpu-watchdog stopped (state %s)", self.lifecycle.state.value)

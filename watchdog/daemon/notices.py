@@ -1,5 +1,6 @@
 """What the daemon tells the site's webhooks: a notice at each moment of an event (event_started at
-detection, before its drain; drain_started; drain_finished with the outcome and each process; event_cleared).
+detection, queued before drain_started, both once the drain is handed to its thread; drain_finished with
+the outcome and each process; event_cleared).
 
 Every body has `type`, `time` (RFC 3339 UTC), `host`, `event` {key, value, id} and `text`, one line for
 people, so a Slack or Google Chat incoming webhook shows it as it is; a generic receiver reads the rest.

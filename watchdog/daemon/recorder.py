@@ -21,7 +21,8 @@ from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import host_fields
 from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle
 from watchdog.core.process import ProcessIdentity
-from watchdog.core.vocabulary import Outcome, WatchedKey
+from watchdog.core.vocabulary import Outcome, Output, WatchedKey
+from watchdog.daemon.outputs import Outputs
 from watchdog.host.procfs import start_time
 from watchdog.store.drain_entry import Alive, DrainFacts, entry_from_record, entry_from_saved, open_entry
 from watchdog.store.history import DrainHistory
@@ -42,13 +43,14 @@ def alive(identity: ProcessIdentity) -> bool:
 class DrainRecorder:
     def __init__(
         self, store: StateStore, config: Config, metrics: Metrics, clock: Clock, saved: SavedState,
-        lifecycle: Lifecycle, host: Callable[[], Mapping[str, str]] = dict,
+        lifecycle: Lifecycle, outputs: Outputs, host: Callable[[], Mapping[str, str]] = dict,
     ) -> None:  # fmt: skip
         """The history of `store`'s directory; the drain `saved` had that `lifecycle` will not resume is
         written to it at once (see `restored`). `host`: the identity's labels as known now (`StatusView`);
         each entry names its host by them (the fields of a webhook's `host`, the known ones)."""
         self.history = DrainHistory(store.dir, clock=clock)
         self.store, self.config, self.metrics, self.clock, self.host = store, config, metrics, clock, host
+        self.outputs = outputs
         self._recorded: set[str] = set()  # drains of this run whose start is in the history
         self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
         self._next_retry = 0.0
@@ -88,11 +90,9 @@ class DrainRecorder:
         facts = self.current
         if facts is None:
             return None
-        try:
+        with self.outputs.guarded(Output.STATUS):  # /status shows the drain without its processes, then
             return entry_from_record(facts, record, self.store.state.signals, alive)
-        except Exception:  # /status shows the drain without its processes rather than fail
-            log.exception("internal error while showing the drain's processes")
-            return None
+        return None
 
     def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
         """A drain ended (not interrupted): write it down, then count it where it belongs (whoever sees
@@ -100,12 +100,13 @@ class DrainRecorder:
         drain = lifecycle.drain
         if drain is not None:
             self._guarded(self._write_finished, drain, record, lifecycle)
-        if record.dry_run:
-            self.metrics.dry_run_drains.labels(outcome.value).inc()
-        else:
-            self.metrics.drains.labels(outcome.value).inc()
-            if record.ended is not None:
-                self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
+        with self.outputs.guarded(Output.METRICS):
+            if record.dry_run:
+                self.metrics.dry_run_drains.labels(outcome.value).inc()
+            else:
+                self.metrics.drains.labels(outcome.value).inc()
+                if record.ended is not None:
+                    self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
 
     def _write_finished(self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle) -> None:
         facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
@@ -114,18 +115,19 @@ class DrainRecorder:
 
     def _guarded(self, step: Callable[..., None], *args: object) -> None:
         """The history is the account, not the drain: a bug in writing it must not stop the daemon from
-        ending a drain or showing its state. Logged whole, and the daemon goes on."""
-        try:
+        ending a drain or showing its state. Counted, logged once, and the daemon goes on."""
+        with self.outputs.guarded(Output.HISTORY):
             step(*args)
-        except Exception:
-            log.exception("internal error while writing the drain history: the daemon carries on")
 
     def tick(self, now: float) -> None:
         """Now and then: write what a full disk held back."""
         if self.history.unwritten and now >= self._next_retry:
             self._next_retry = now + RETRY_EVERY
-            self.history.retry()
-            self._persisted()
+            self._guarded(self._retry)
+
+    def _retry(self) -> None:
+        self.history.retry()
+        self._persisted()
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -160,4 +162,5 @@ class DrainRecorder:
         )  # fmt: skip
 
     def _persisted(self) -> None:
-        self.metrics.history_persisted.set(0 if self.history.write_error else 1)
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.history_persisted.set(0 if self.history.write_error else 1)

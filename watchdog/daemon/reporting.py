@@ -1,6 +1,7 @@
 """What the daemon says about its inputs and its state file: metrics, /status fields and log lines, each
 said once per change rather than once per retry. Called from the loop (and, for the state file, from the
-drain thread too): every value is replaced whole, never mutated, so HTTP threads read old or new."""
+drain thread too): every value is replaced whole, never mutated, so HTTP threads read old or new. The
+/status value comes first, and each metric and log line is guarded (`Outputs`): none can stop the caller."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from watchdog.core.metadata_values import (
     WatchedValue,
 )
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.core.vocabulary import MAINTENANCE_EVENT, UPCOMING_MAINTENANCE, SigtermDisposition, source_of
+from watchdog.core.vocabulary import (
+    MAINTENANCE_EVENT,
+    UPCOMING_MAINTENANCE,
+    Output,
+    SigtermDisposition,
+    source_of,
+)
+from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.view import StatusView
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.watch import WatchFailed
@@ -50,9 +58,10 @@ def in_words(kind: ErrorKind) -> str:
 
 class Reporter:
     def __init__(
-        self, metrics: Metrics, view: StatusView, store: StateStore, unknown_event_action: str
-    ) -> None:
-        self.metrics, self.view, self.store = metrics, view, store
+        self, metrics: Metrics, view: StatusView, store: StateStore, unknown_event_action: str,
+        outputs: Outputs,
+    ) -> None:  # fmt: skip
+        self.metrics, self.view, self.store, self.outputs = metrics, view, store, outputs
         self.unknown_event_action = unknown_event_action
         self._last_error_kind: dict[str, str] = {}
         self._unready: set[tuple[ProcessIdentity, SigtermDisposition]] = set()  # at the last idle scan
@@ -63,28 +72,36 @@ class Reporter:
         a 404 at debug: the watch says once that the key is not supported here)."""
         error = message.error
         kind = error.kind.value
-        self.metrics.metadata_errors.labels(source_of(message.key), kind).inc()
         repeat = self._last_error_kind.get(message.key) == kind or kind == ErrorKind.HTTP_404.value
         self._last_error_kind[message.key] = kind
-        log.log(
-            logging.DEBUG if repeat else logging.WARNING,
-            "metadata %s: %s (%s); retrying, never taken as a value",
-            message.key, in_words(error.kind), error.detail,
-            extra=fields("metadata_error", endpoint=source_of(message.key), error_kind=kind),
-        )  # fmt: skip
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.metadata_errors.labels(source_of(message.key), kind).inc()
+        with self.outputs.guarded(Output.LOG):
+            log.log(
+                logging.DEBUG if repeat else logging.WARNING,
+                "metadata %s: %s (%s); retrying, never taken as a value",
+                message.key, in_words(error.kind), error.detail,
+                extra=fields("metadata_error", endpoint=source_of(message.key), error_kind=kind),
+            )  # fmt: skip
 
     def metadata_value(self, key: str, value: WatchedValue) -> None:
-        """A good answer: its metrics, and the value in /status."""
+        """A good answer: the value in /status, and its metrics."""
         self._last_error_kind.pop(key, None)
-        if isinstance(value, MaintenanceEvent):
-            self.metrics.set_maintenance_event(value.raw)
-            if value.kind is MaintenanceKind.UNKNOWN:
+        self.view.values = {**self.view.values, source_of(key): value}
+        if isinstance(value, MaintenanceEvent) and value.kind is MaintenanceKind.UNKNOWN:
+            with self.outputs.guarded(Output.LOG):
                 log.warning(
                     "%s has a value this version does not know: %r; policy: %s",
                     MAINTENANCE_EVENT.source,
                     value.raw,
                     self.unknown_event_action,
                 )
+        with self.outputs.guarded(Output.METRICS):
+            self._value_metrics(value)
+
+    def _value_metrics(self, value: WatchedValue) -> None:
+        if isinstance(value, MaintenanceEvent):
+            self.metrics.set_maintenance_event(value.raw)
         elif isinstance(value, Preempted):
             self.metrics.preempted.set(1 if value.preempted else 0)
         elif isinstance(value, UpcomingMaintenance):
@@ -92,27 +109,28 @@ class Reporter:
             start = notice.window_start.timestamp() if notice and notice.window_start else None
             end = notice.window_end.timestamp() if notice and notice.window_end else None
             self.metrics.set_window(start, end)
-        self.view.values = {**self.view.values, source_of(key): value}
 
     def holders_scanned(self, holders: Sequence[Holder]) -> None:
         """An idle scan: /status, the holder gauges, and a warning, once per process, for a holder whose
         SIGTERM has been at its default or ignored at two scans in a row (a JAX job shows default until it
         reaches jax.distributed.initialize(); the alert waits 10 minutes for the same reason)."""
         self.view.holders = list(holders)
-        self.metrics.set_holders(holders)
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.set_holders(holders)
         unready = {(h.identity, h.sigterm): h for h in holders
                    if h.sigterm in (SigtermDisposition.DEFAULT, SigtermDisposition.IGNORED)}  # fmt: skip
         for key, h in unready.items():
             if key in self._unready and key not in self._said_unready:
                 self._said_unready.add(key)
-                log.warning(
-                    "pid %d (%s) holds the TPU with SIGTERM %s: %s; `tpu-watchdog readiness` says more",
-                    h.pid, h.name, key[1].value,
-                    "it will die at the next maintenance before any save (a JAX job needs "
-                    "jax.distributed.initialize())" if key[1] is SigtermDisposition.DEFAULT
-                    else "it will run on until SIGKILL at the drain deadline, saving nothing",
-                    extra=fields("holder_not_ready", pid=h.pid, process=h.name, sigterm=key[1].value),
-                )  # fmt: skip
+                with self.outputs.guarded(Output.LOG):
+                    log.warning(
+                        "pid %d (%s) holds the TPU with SIGTERM %s: %s; `tpu-watchdog readiness` says more",
+                        h.pid, h.name, key[1].value,
+                        "it will die at the next maintenance before any save (a JAX job needs "
+                        "jax.distributed.initialize())" if key[1] is SigtermDisposition.DEFAULT
+                        else "it will run on until SIGKILL at the drain deadline, saving nothing",
+                        extra=fields("holder_not_ready", pid=h.pid, process=h.name, sigterm=key[1].value),
+                    )  # fmt: skip
         self._unready = set(unready)
         self._said_unready &= self._unready  # only processes still holding are remembered
 
@@ -124,7 +142,8 @@ class Reporter:
         answered = source in self.view.values
         self.view.values = {name: value for name, value in self.view.values.items() if name != source}
         if source == UPCOMING_MAINTENANCE.source:
-            self.metrics.set_window(None, None)
+            with self.outputs.guarded(Output.METRICS):
+                self.metrics.set_window(None, None)
         return answered
 
     def persistence(self) -> None:
@@ -135,11 +154,13 @@ class Reporter:
         if why == self.view.state_error:
             return
         self.view.state_error = why
-        self.metrics.state_persisted.set(0 if why else 1)
-        if why:
-            log.error(
-                "STATE IS NOT PERSISTED (%s): draining from memory; a restart now would forget this drain",
-                why, extra=fields("state_not_persisted"),
-            )  # fmt: skip
-        else:
-            log.warning("state is persisted again: %s", self.store.path, extra=fields("state_persisted"))
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.state_persisted.set(0 if why else 1)
+        with self.outputs.guarded(Output.LOG):
+            if why:
+                log.error(
+                    "STATE IS NOT PERSISTED (%s): draining from memory; a restart now would forget this "
+                    "drain", why, extra=fields("state_not_persisted"),
+                )  # fmt: skip
+            else:
+                log.warning("state is persisted again: %s", self.store.path, extra=fields("state_persisted"))

@@ -9,6 +9,9 @@ idle): each is re-checked from its own /proc entries (same process, still holdin
 (`first_wave`), which writes their intents with the drain's own state, and signalled at once, so the first
 SIGTERM waits for neither a scan of every fd on the host nor a second write; the full scan follows straight
 away and its newcomers are signalled as before. With nothing indexed, the drain starts from a full scan.
+
+What the drain thread tells (its log lines, the signal counters, the state file's status) is guarded
+(`Outputs`): a failing output never ends a drain, so never makes it start again.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, time_left, utc_time
 from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.core.vocabulary import DaemonState
+from watchdog.core.vocabulary import DaemonState, Output
 from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
+from watchdog.daemon.outputs import Outputs
 from watchdog.store.statefile import StateStore
 from watchdog.surface.logs import fields
 from watchdog.surface.metrics import Metrics
@@ -67,8 +71,10 @@ class DrainRunner(DrainListener):
         done: Callable[[DrainRecord | None], None],
         published: Callable[[DrainRecord], None],
         persistence_changed: Callable[[], None],
+        outputs: Outputs,
     ) -> None:
         self.config, self.scanner, self.store, self.metrics = config, scanner, store, metrics
+        self.outputs = outputs
         self.clock, self.stop = clock, stop
         self._done, self._published, self._persistence_changed = done, published, persistence_changed
         self.cancel = threading.Event()
@@ -107,14 +113,7 @@ class DrainRunner(DrainListener):
         record: DrainRecord | None = None
         try:
             holders = order.first_wave or self._first_scan()
-            then = "SIGKILL what still holds a device" if self.config.on_timeout == "kill" else "leave them"
-            log.warning(
-                "draining %d TPU holder(s) for %s: SIGTERM now, deadline %s (%s), then %s",
-                len(holders), order.cause, utc_time(order.wall_deadline),
-                time_left(order.wall_deadline, self.clock.wall()), then,
-                extra=fields("drain_started", event=order.cause, state=DaemonState.DRAINING.value,
-                             drain_id=order.drain_id, late=order.late),
-            )  # fmt: skip
+            self._said_started(order, holders)
             plan = DrainPlan(
                 deadline=order.deadline,
                 on_timeout=self.config.on_timeout,
@@ -130,9 +129,21 @@ class DrainRunner(DrainListener):
                 clock=self.clock,
             )  # fmt: skip
         except Exception:  # reported to the loop, which starts the drain again
-            log.exception("the drain failed; starting it again with the same deadline")
+            with self.outputs.guarded(Output.LOG):
+                log.exception("the drain failed; starting it again with the same deadline")
         finally:
             self._done(record)
+
+    def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
+        with self.outputs.guarded(Output.LOG):
+            then = "SIGKILL what still holds a device" if self.config.on_timeout == "kill" else "leave them"
+            log.warning(
+                "draining %d TPU holder(s) for %s: SIGTERM now, deadline %s (%s), then %s",
+                len(holders), order.cause, utc_time(order.wall_deadline),
+                time_left(order.wall_deadline, self.clock.wall()), then,
+                extra=fields("drain_started", event=order.cause, state=DaemonState.DRAINING.value,
+                             drain_id=order.drain_id, late=order.late),
+            )  # fmt: skip
 
     def first_wave(self, deadline: float) -> tuple[Holder, ...]:
         """The indexed holders still holding a device, re-checked (a few reads each, in the caller's
@@ -146,7 +157,8 @@ class DrainRunner(DrainListener):
             indexed = self.indexed()
             return tuple(recheck(indexed)) if indexed else ()
         except Exception:  # the full scan follows: a failed re-check only costs the head start
-            log.exception("re-checking the indexed holders failed; scanning them all")
+            with self.outputs.guarded(Output.LOG):
+                log.exception("re-checking the indexed holders failed; scanning them all")
             return ()
 
     def _first_scan(self) -> tuple[Holder, ...]:
@@ -155,7 +167,8 @@ class DrainRunner(DrainListener):
             try:
                 return tuple(self.scanner.scan().holders)
             except Exception:  # logged; tried again, then the drain attempt fails
-                log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
+                with self.outputs.guarded(Output.LOG):
+                    log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
                 if attempt + 1 == FIRST_SCAN_TRIES or self.stop.wait(0.2):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
@@ -165,7 +178,8 @@ class DrainRunner(DrainListener):
     def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
         """Write-ahead for a wave of signals: one write, after the drain's own state is on disk."""
         if not self.persisted.wait(timeout=PERSIST_WAIT):
-            log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
+            with self.outputs.guarded(Output.LOG):
+                log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
         self.store.record_intents([(i, signum, _name(record, i)) for i, signum in intents])
         self._persistence_changed()
 
@@ -174,13 +188,20 @@ class DrainRunner(DrainListener):
     ) -> None:
         self.store.record_sents([(i, signum, result.value) for i, signum, result in sent])
         self._persistence_changed()
-        order = self._order
-        drain_id, event_ids = (order.drain_id, list(order.event_ids)) if order else ("", [])
-        dry = "[dry run] " if self.config.dry_run else ""
         for identity, signum, result in sent:
-            name = signal.Signals(signum).name
-            if result is SignalResult.SENT and not self.config.dry_run:
+            self._said_sent(identity, signum, result, record)
+
+    def _said_sent(
+        self, identity: ProcessIdentity, signum: int, result: SignalResult, record: DrainRecord
+    ) -> None:
+        """One signal sent: its counter and its log line, each guarded (the signal is out already)."""
+        name = signal.Signals(signum).name
+        if result is SignalResult.SENT and not self.config.dry_run:
+            with self.outputs.guarded(Output.METRICS):
                 self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
+        with self.outputs.guarded(Output.LOG):
+            order = self._order
+            drain_id, event_ids = (order.drain_id, list(order.event_ids)) if order else ("", [])
             process = _name(record, identity) or "name unknown"
             proc = record.processes.get(identity)
             late = bool(proc and proc.late_arrival)
@@ -188,9 +209,10 @@ class DrainRunner(DrainListener):
                 "signal_sent", pid=identity.pid, start_time=identity.start_time, process=process, signal=name,
                 result=result.value, drain_id=drain_id, event_ids=event_ids, late=late,
             )  # fmt: skip
-            said = result.value
+            dry, said = "", result.value
             if self.config.dry_run:  # nothing left the daemon: say what would have gone, to a process there
-                name, said = f"would send {name}", "not sent" if result is SignalResult.SENT else said
+                dry, name = "[dry run] ", f"would send {name}"
+                said = "not sent" if result is SignalResult.SENT else said
             log.warning(
                 "%s%s to pid %d (%s, start time %d%s): %s",
                 dry, name, identity.pid, process, identity.start_time, ", late arrival" if late else "",

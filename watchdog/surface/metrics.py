@@ -19,7 +19,7 @@ from watchdog import __version__
 from watchdog.core.identity import LABELS as HOST_LABELS
 from watchdog.core.metadata_values import MaintenanceKind
 from watchdog.core.process import Holder
-from watchdog.core.vocabulary import FINISHED_OUTCOMES, WATCHED_KEYS, DaemonState, SigtermDisposition
+from watchdog.core.vocabulary import FINISHED_OUTCOMES, WATCHED_KEYS, DaemonState, Output, SigtermDisposition
 from watchdog.surface.webhooks import FailureReason
 
 # The label values, from the enums and keys they show (tests/surface/test_metrics.py holds them to it).
@@ -30,6 +30,7 @@ OUTCOMES = tuple(outcome.value for outcome in FINISHED_OUTCOMES)
 ENDPOINTS = tuple(key.source for key in WATCHED_KEYS)
 DISPOSITIONS = tuple(disposition.value for disposition in SigtermDisposition)
 WEBHOOK_FAILURES = tuple(reason.value for reason in FailureReason)
+OUTPUTS = tuple(output.value for output in Output)
 # Buckets reach past the 300 s maintenance grace, so a drain that needed SIGKILL shows in its own bucket.
 DRAIN_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 240, 300, 310, 330, 360, 600)
 
@@ -159,6 +160,14 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.output_errors = Counter(
+            "tpu_watchdog_output_errors",
+            "Failures of what the daemon tells (a log line, a metric, a webhook notice, a hook, the history, "
+            "/status, sd_notify, binding the HTTP listener), by output: each was caught, logged once and "
+            "never stopped a drain.",
+            ["output"],
+            registry=r,
+        )
         self._host_info_labels: tuple[str, ...] | None = None
         self._zero_initialise(error_kinds)
 
@@ -182,6 +191,8 @@ class Metrics:
         self.set_host_info({})
         for reason in WEBHOOK_FAILURES:
             self.webhook_failures.labels(reason)
+        for output in OUTPUTS:
+            self.output_errors.labels(output)
 
     def set_state(self, state: str) -> None:
         for name in STATES:
