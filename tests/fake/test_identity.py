@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from watchdog.core.identity import identity_from
-from watchdog.fake.identity import FIELDS, TpuIdentity, identity_from_fields, parse_identity
+from watchdog.fake.identity import TPU_FIELDS, TpuIdentity, identity_from_fields, parse_identity
 
 
 def test_a_multislice_host_reads_back_as_the_daemon_sees_it() -> None:
@@ -60,4 +60,4 @@ def test_the_command_line_form() -> None:
     assert parsed == TpuIdentity("v5litepod-16", "my-slice", worker=3, hosts=4, slice_id=1, num_slices=2)
     with pytest.raises(ValueError, match="expected FIELD=VALUE"):
         parse_identity("node")
-    assert "coordinator" in FIELDS
+    assert "coordinator" in TPU_FIELDS

@@ -99,7 +99,7 @@ def test_directory_lists_children(fake: FakeMetadataServer, session: requests.Se
         "worker-id",
         "worker-network-endpoints",
     ]
-    assert get(fake, session, "").text.splitlines() == ["instance/", "project/"]
+    assert get(fake, session, "").text.splitlines() == ["instance/", "project/", "universe/"]
 
 
 def test_directory_without_slash_redirects(fake: FakeMetadataServer, session: requests.Session) -> None:

@@ -66,7 +66,7 @@ def test_directory_snapshot_lists_children_and_changes_with_them() -> None:
     assert after.etag != directory.etag
     root = store.lookup("")
     assert isinstance(root, Directory)
-    assert root.children == ("instance/", "project/")
+    assert root.children == ("instance/", "project/", "universe/")
 
 
 def test_set_refuses_directories_and_children_of_values() -> None:

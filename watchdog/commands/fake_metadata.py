@@ -15,7 +15,7 @@ from types import FrameType
 from typing import TextIO
 
 from watchdog.exitcodes import EXIT_CANNOT_LISTEN, EXIT_OK, EXIT_USAGE
-from watchdog.fake.identity import FIELDS, parse_identity
+from watchdog.fake.identity import GPU_FIELDS, TPU_FIELDS, parse_identity
 from watchdog.fake.listen import DEFAULT_LISTEN, check_listen, parse_listen
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.fake.store import MetadataStore
@@ -30,6 +30,7 @@ examples:
       --at 1m30s instance/maintenance-event=-
   tpu-watchdog fake-metadata --identity node=my-slice,accelerator_type=v5litepod-16,hosts=4,worker=1,\
       slice_id=0,num_slices=2
+  tpu-watchdog fake-metadata --identity a3-highgpu-8g,zone=us-east5-a
   tpu-watchdog fake-metadata --set 'instance/upcoming-maintenance={"type": "SCHEDULED", \\
       "maintenance_status": "PENDING", "window_start_time": "2030-01-01T00:00:00Z"}'
 
@@ -56,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--identity",
         metavar="FIELD=VALUE,...",
-        help="serve this TPU VM identity (every identity key, consistent; --set overrides one); fields: "
-        + ", ".join(FIELDS),
+        help="serve this VM identity (every identity key, consistent; --set overrides one): a TPU VM with "
+        f"fields {', '.join(TPU_FIELDS)}; or a GPU VM, its machine type first (a3-highgpu-8g,zone=...), "
+        f"fields {', '.join(GPU_FIELDS)}",
     )
     parser.add_argument(
         "--set",

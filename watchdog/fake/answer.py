@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
+from watchdog.fake.accounts import is_token
 from watchdog.fake.store import Directory, Leaf, MetadataStore, Snapshot, Value
 
 # The real server's hang limit without timeout_sec is undocumented; an hour keeps tests honest about
@@ -20,6 +21,12 @@ from watchdog.fake.store import Directory, Leaf, MetadataStore, Snapshot, Value
 DEFAULT_HANG_SECONDS = 3600
 TEXT = "application/text"
 JSON = "application/json"
+METADATA_ROOT = "/computeMetadata/v1/"
+# What the real server lists above /computeMetadata/v1/. Google's clients ping the root to learn they are on
+# GCE: Go's without a Metadata-Flavor header, trusting the one in the answer; google-auth with one.
+ABOVE_V1 = {"/": "computeMetadata/", "/computeMetadata/": "v1/"}
+# Directories whose children are names (user attributes, account emails), never rewritten in camelCase.
+_NAMED_CHILDREN = ("attributes", "guest-attributes", "service-accounts")
 
 
 class QueryError(ValueError):
@@ -83,6 +90,16 @@ def error(status: int, message: str, note: str = "") -> Answer:
     return Answer(status, (message.rstrip("\n") + "\n").encode(), TEXT, note=note or message)
 
 
+def answer_above_v1(path: str) -> Answer | None:
+    """The answer to GET of a path above /computeMetadata/v1/ (the root, /computeMetadata/, and both
+    without their final slash); None for any other path."""
+    if path in ABOVE_V1:
+        return Answer(200, _lines([ABOVE_V1[path]]), TEXT)
+    if path + "/" in ABOVE_V1 or path + "/" == METADATA_ROOT:
+        return Answer(301, b"", TEXT, headers=(("Location", path + "/"),))
+    return None
+
+
 def answer_metadata(
     store: MetadataStore,
     path: str,
@@ -99,7 +116,7 @@ def answer_metadata(
     if snapshot is None:
         return error(404, "Not Found")
     if isinstance(snapshot, Directory) and not wants_directory:
-        return Answer(301, b"", TEXT, headers=(("Location", f"/computeMetadata/v1/{snapshot.key}/"),))
+        return Answer(301, b"", TEXT, headers=(("Location", f"{METADATA_ROOT}{snapshot.key}/"),))
     if isinstance(snapshot, Leaf) and wants_directory:
         return error(404, "Not Found")
     note = ""
@@ -123,16 +140,21 @@ def answer_metadata(
 def render(snapshot: Snapshot, query: Query) -> Answer:
     """The body of a snapshot in the format the query asks for (or the endpoint's default)."""
     if isinstance(snapshot, Leaf):
-        return _render_leaf(snapshot.value, query.alt, snapshot.etag)
+        alt = query.alt or ("json" if is_token(snapshot.key) else None)
+        return _render_leaf(snapshot.value, alt, snapshot.etag)
     if query.recursive:
+        prefix = "" if snapshot.key == "" else snapshot.key + "/"
+        # Tokens are left out of recursive answers, as on the real server.
+        subtree = {rel: v for rel, v in snapshot.subtree.items() if not is_token(prefix + rel)}
         if query.alt == "text":
             lines = [
                 f"{rel} {_text_scalar(v.content)}"
-                for rel, v in sorted(snapshot.subtree.items())
+                for rel, v in sorted(subtree.items())
                 if v.status == 200 and isinstance(v.content, str)
             ]
             return Answer(200, _lines(lines), TEXT, snapshot.etag)
-        document = _nest(snapshot.subtree, inside_attributes=snapshot.key.endswith("attributes"))
+        named = snapshot.key.rsplit("/", 1)[-1] in _NAMED_CHILDREN
+        document = _nest(subtree, named_children=named)
         return Answer(200, json.dumps(document).encode(), JSON, snapshot.etag)
     if query.alt == "json":
         return Answer(200, json.dumps(list(snapshot.children)).encode(), JSON, snapshot.etag)
@@ -180,9 +202,10 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _nest(subtree: Mapping[str, Value], inside_attributes: bool) -> dict[str, Any]:
+def _nest(subtree: Mapping[str, Value], named_children: bool) -> dict[str, Any]:
     """Recursive JSON of a subtree: built-in names in camelCase as the real server writes them
-    (maintenance-event -> maintenanceEvent), user attribute names as they are; error values left out."""
+    (maintenance-event -> maintenanceEvent), names (user attributes, account emails) as they are; error
+    values left out."""
     document: dict[str, Any] = {}
     groups: dict[str, dict[str, Value]] = {}
     for rel, value in subtree.items():
@@ -190,7 +213,7 @@ def _nest(subtree: Mapping[str, Value], inside_attributes: bool) -> dict[str, An
         if rest:
             groups.setdefault(head, {})[rest] = value
         elif value.status == 200:
-            document[head if inside_attributes else _camel(head)] = value.content
+            document[head if named_children else _camel(head)] = value.content
     for head, group in groups.items():
-        document[head if inside_attributes else _camel(head)] = _nest(group, head == "attributes")
+        document[head if named_children else _camel(head)] = _nest(group, head in _NAMED_CHILDREN)
     return document

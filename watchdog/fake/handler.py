@@ -17,7 +17,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from watchdog.fake.answer import Answer, Query, QueryError, answer_metadata, error, parse_query
+from watchdog.fake.answer import (
+    METADATA_ROOT,
+    Answer,
+    Query,
+    QueryError,
+    answer_above_v1,
+    answer_metadata,
+    error,
+    parse_query,
+)
 from watchdog.fake.control import MAX_BODY, PREFIX, ControlRequest, handle_control
 from watchdog.fake.faults import GARBAGE, FaultBook
 from watchdog.fake.listen import ListenAddress
@@ -25,7 +34,6 @@ from watchdog.fake.requestlog import RequestLog, RequestRecord
 from watchdog.fake.store import MetadataStore
 
 log = logging.getLogger("watchdog.fake")
-METADATA_ROOT = "/computeMetadata/v1/"
 
 
 @dataclass(frozen=True)
@@ -154,7 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif url.path.startswith(METADATA_ROOT):
                 self._metadata(unquote(url.path[len(METADATA_ROOT) :]), url.query)
             else:
-                self._send(error(404, "Not Found"))
+                self._above_v1(url.path, url.query)
         except OSError:
             raise
         except Exception:  # the fake answers 500 and keeps serving, as a server would
@@ -174,6 +182,29 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(error(413, f"a body needs a Content-Length of at most {MAX_BODY} bytes"))
             return None
         return self.rfile.read(int(length_text))
+
+    def _above_v1(self, path: str, raw_query: str) -> None:
+        """The root and /computeMetadata/ (logged with their absolute path); 404 for any other path. The
+        root answers without a flavor header, as the real one does."""
+        listing = answer_above_v1(path)
+        if listing is None:
+            self._send(error(404, "Not Found"))
+            return
+        answer = self._refusal(flavor_required=path != "/") or listing
+        flavor_present = self.headers.get("Metadata-Flavor") is not None
+        record = RequestRecord(time.time(), self.command, path, raw_query, flavor_present, answer.status)
+        self.server.backend.log.add(record)
+        self._send(answer)
+
+    def _refusal(self, flavor_required: bool = True) -> Answer | None:
+        """The answer the real server gives a request it refuses (403, 405); None for one it serves."""
+        if self.headers.get("X-Forwarded-For") is not None:
+            return error(403, "Request had an X-Forwarded-For header and was rejected.")
+        if flavor_required and self.headers.get("Metadata-Flavor") != "Google":
+            return error(403, "Missing Metadata-Flavor:Google header.")
+        if self.command != "GET":
+            return replace(error(405, "Method Not Allowed"), headers=(("Allow", "GET"),))
+        return None
 
     def _metadata(self, path: str, raw_query: str) -> None:
         backend = self.server.backend
@@ -199,12 +230,9 @@ class _Handler(BaseHTTPRequestHandler):
         """The answer (None: reset the connection), whether it carries the flavor header, and over how
         many seconds its body is to trickle out (0: at once)."""
         backend = self.server.backend
-        if self.headers.get("X-Forwarded-For") is not None:
-            return error(403, "Request had an X-Forwarded-For header and was rejected."), True, 0
-        if self.headers.get("Metadata-Flavor") != "Google":
-            return error(403, "Missing Metadata-Flavor:Google header."), True, 0
-        if self.command != "GET":
-            return replace(error(405, "Method Not Allowed"), headers=(("Allow", "GET"),)), True, 0
+        refusal = self._refusal()
+        if refusal is not None:
+            return refusal, True, 0
         try:
             query = parse_query(raw_query)
         except QueryError as exc:

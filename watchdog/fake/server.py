@@ -15,7 +15,7 @@ from types import TracebackType
 
 from watchdog.fake.faults import Fault, FaultBook
 from watchdog.fake.handler import Backend, MetadataHTTPServer
-from watchdog.fake.identity import TpuIdentity
+from watchdog.fake.identity import VmIdentity
 from watchdog.fake.listen import check_listen, parse_listen
 from watchdog.fake.requestlog import DEFAULT_CAPACITY, RequestLog, RequestRecord
 from watchdog.fake.store import MetadataStore, MetadataValue, Snapshot
@@ -101,8 +101,8 @@ class FakeMetadataServer:
         """Serve `value` at `path` (str as text; dict/list as JSON). True when it changed."""
         return self.store.set(path, value, status)
 
-    def set_identity(self, identity: TpuIdentity) -> list[str]:
-        """Serve every key of a TPU VM's identity (fake/identity.py); the paths that changed."""
+    def set_identity(self, identity: VmIdentity) -> list[str]:
+        """Serve every key of a VM's identity, TPU or GPU (fake/identity.py); the paths that changed."""
         return self.store.set_identity(identity)
 
     def reset(self, path: str | None = None) -> bool:

@@ -15,12 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from watchdog.fake.identity import TpuIdentity
+from watchdog.fake.accounts import account_keys, is_token
+from watchdog.fake.identity import IDENTITY_KEYS, PROJECT, PROJECT_NUMBER, TpuIdentity, VmIdentity
 
 # A value as a user sets it: plain text, or a JSON document (dict/list) such as upcoming-maintenance.
 MetadataValue = str | dict[str, Any] | list[Any]
 
-# Keys whose values are JSON documents when set from text (a control body, a command-line argument).
+# Keys whose values are JSON documents when set from text (a control body, a command-line argument), beside
+# every service account's token (accounts.is_token).
 JSON_KEYS = frozenset({"instance/upcoming-maintenance"})
 NO_NOTIFICATIONS = {"error": "no notifications have been received yet, try again later"}
 
@@ -33,19 +35,20 @@ class Value:
     status: int = 200
 
 
-# A one-host v4-8 slice: every identity key of a real TPU VM, consistent (fake/identity.py).
+# A one-host v4-8 slice: every identity key of a real TPU VM, consistent (fake/identity.py), and the
+# Compute default service account (fake/accounts.py).
 DEFAULT_IDENTITY = TpuIdentity(instance_id="4520031799277581759", instance_name="t1v-n-fake-w-0")
 DEFAULTS: Mapping[str, Value] = {
     **{path: Value(text) for path, text in DEFAULT_IDENTITY.values().items()},
-    "instance/machine-type": Value("projects/123456789012/machineTypes/ct4p-hightpu-4t"),
+    **{path: Value(content) for path, content in account_keys().items()},
     "instance/maintenance-event": Value("NONE"),
     "instance/preempted": Value("FALSE"),
     "instance/upcoming-maintenance": Value(NO_NOTIFICATIONS, status=503),
-    "instance/scheduling/on-host-maintenance": Value("TERMINATE"),
     "instance/scheduling/preemptible": Value("FALSE"),
     "instance/scheduling/automatic-restart": Value("TRUE"),
-    "project/project-id": Value("fake-project"),
-    "project/numeric-project-id": Value("123456789012"),
+    "project/project-id": Value(PROJECT),
+    "project/numeric-project-id": Value(PROJECT_NUMBER),
+    "universe/universe-domain": Value("googleapis.com"),
 }
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9._~@-]+$")
@@ -69,7 +72,7 @@ def parse_value(key: str, body: bytes, content_type: str = "") -> MetadataValue:
         text = body.decode()
     except UnicodeDecodeError:
         raise ValueError(f"the value for {key!r} is not UTF-8 text") from None
-    if key not in JSON_KEYS and not content_type.lower().startswith("application/json"):
+    if key not in JSON_KEYS and not is_token(key) and not content_type.lower().startswith("application/json"):
         return text
     try:
         document = json.loads(text)
@@ -143,9 +146,15 @@ class MetadataStore:
                     raise ValueError(f"{'/'.join(parts[:i])!r} is a value, it cannot have child keys")
             return self._replace({key: Value(content, status)}, ())
 
-    def set_identity(self, identity: TpuIdentity) -> list[str]:
-        """Every key of a TPU VM's identity, consistent (fake/identity.py); the paths that changed."""
-        return [path for path, text in identity.values().items() if self.set(path, text)]
+    def set_identity(self, identity: VmIdentity) -> list[str]:
+        """Every key of a VM's identity at once, consistent (fake/identity.py): the identity keys it does
+        not serve are removed (a GPU VM after a TPU VM has no TPU attributes). The paths that changed."""
+        values = {path: Value(text) for path, text in identity.values().items()}
+        with self._cond:
+            gone = [path for path in IDENTITY_KEYS if path not in values and path in self._values]
+            changed = [path for path, value in values.items() if self._values.get(path) != value]
+            self._replace(values, gone)
+        return changed + sorted(gone)
 
     def reset(self, path: str | None = None) -> bool:
         """Back to the defaults: everything, or one key (or directory subtree). A key with no default is
