@@ -5,50 +5,25 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 import requests
 
-from tests.support.readable import readable
+from tests.support.fake_process import launch, stop_all
 from watchdog.cli import main
 from watchdog.exitcodes import EXIT_USAGE
 from watchdog.fake.server import FakeMetadataServer
 
 FLAVOR = {"Metadata-Flavor": "Google"}
 ME = "instance/maintenance-event"
-ANNOUNCE = "fake metadata server listening on "
-
-
-def first_line(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
-    assert proc.stdout is not None
-    ready = readable([proc.stdout], timeout)
-    assert ready, "the command announced nothing on stdout"
-    return proc.stdout.readline()
 
 
 @pytest.fixture
 def start() -> Iterator[list[subprocess.Popen[str]]]:
     procs: list[subprocess.Popen[str]] = []
     yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=10)
-
-
-def launch(procs: list[subprocess.Popen[str]], *args: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "watchdog", "fake-metadata", "--listen", "127.0.0.1:0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    procs.append(proc)
-    line = first_line(proc)
-    assert line.startswith(ANNOUNCE), line
-    return proc, line[len(ANNOUNCE) :].strip()
+    stop_all(procs)
 
 
 def test_scripted_change_arrives_and_sigterm_exits_0(start: list[subprocess.Popen[str]]) -> None:
@@ -131,3 +106,14 @@ def test_identity_flag_serves_a_multislice_host(start: list[subprocess.Popen[str
     assert "MEGASCALE_NUM_SLICES: '2'" in env
     assert requests.get(f"{base}/agent-worker-number", headers=FLAVOR, timeout=10).text == "1"
     assert requests.get(f"{base}/accelerator-type", headers=FLAVOR, timeout=10).text == "v5p-16"  # --set wins
+
+
+def test_identity_flag_serves_a_gpu_vm(start: list[subprocess.Popen[str]]) -> None:
+    _, address = launch(start, "--identity", "a3-highgpu-8g,zone=us-east5-a")
+    base = f"http://{address}/computeMetadata/v1/instance"
+    machine_type = requests.get(f"{base}/machine-type", headers=FLAVOR, timeout=10).text
+    assert machine_type == "projects/123456789012/machineTypes/a3-highgpu-8g"
+    scheduling = requests.get(f"{base}/scheduling/?recursive=true", headers=FLAVOR, timeout=10).json()
+    assert scheduling["onHostMaintenance"] == "TERMINATE"
+    assert requests.get(f"{base}/attributes/", headers=FLAVOR, timeout=10).status_code == 404
+    assert requests.get(f"{base}/zone", headers=FLAVOR, timeout=10).text.endswith("/zones/us-east5-a")

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from watchdog.fake.answer import Query, QueryError, answer_metadata, parse_query
+from watchdog.fake.accounts import DEFAULT_EMAIL, DEFAULT_SCOPES
+from watchdog.fake.answer import Query, QueryError, answer_above_v1, answer_metadata, parse_query
 from watchdog.fake.store import MetadataStore
 
 
@@ -90,3 +91,51 @@ def test_stopped_wait_is_503() -> None:
     stop.set()
     result = answer_metadata(store, "instance/preempted", parse_query("wait_for_change=true"), stop)
     assert (result.status, result.note) == (503, "stopped")
+
+
+# --- above /computeMetadata/v1/ and the service accounts -------------------------------------------------
+def test_the_root_and_compute_metadata_list_what_is_under_them() -> None:
+    root, listing = answer_above_v1("/"), answer_above_v1("/computeMetadata/")
+    assert root is not None
+    assert (root.status, root.body) == (200, b"computeMetadata/\n")
+    assert listing is not None
+    assert (listing.status, listing.body) == (200, b"v1/\n")
+    for bare in ("/computeMetadata", "/computeMetadata/v1"):
+        moved = answer_above_v1(bare)
+        assert moved is not None
+        assert moved.status == 301
+        assert dict(moved.headers)["Location"] == bare + "/"
+    assert answer_above_v1("/computeMetadata/v2/") is None
+    assert answer_above_v1("/favicon.ico") is None
+
+
+ACCOUNT = "instance/service-accounts/default/"
+
+
+def test_a_token_is_json_by_default_in_the_real_shape_and_obviously_fake() -> None:
+    result = answer_metadata(MetadataStore(), ACCOUNT + "token", Query(), threading.Event())
+    assert result.content_type == "application/json"
+    token = json.loads(result.body)
+    assert set(token) == {"access_token", "expires_in", "token_type"}
+    assert token["token_type"] == "Bearer"  # noqa: S105 - the token type, no secret
+    assert token["expires_in"] > 0
+    assert "fake" in token["access_token"]
+    assert "not-a-secret" in token["access_token"]
+
+
+def test_a_recursive_account_has_its_facts_and_never_its_token() -> None:
+    status, body = answer(MetadataStore(), ACCOUNT, "recursive=true")
+    assert status == 200
+    info = json.loads(body)
+    assert info == {"aliases": ["default"], "email": DEFAULT_EMAIL, "scopes": list(DEFAULT_SCOPES)}
+    assert answer(MetadataStore(), ACCOUNT)[1].splitlines() == ["aliases", "email", "scopes", "token"]
+
+
+def test_accounts_are_keyed_by_name_and_email_never_camel_cased() -> None:
+    accounts = json.loads(answer(MetadataStore(), "instance/service-accounts/", "recursive=true")[1])
+    assert "-" in DEFAULT_EMAIL  # camelCase would have rewritten it
+    assert sorted(accounts) == sorted(["default", DEFAULT_EMAIL])
+    assert accounts["default"] == accounts[DEFAULT_EMAIL]
+    instance = json.loads(answer(MetadataStore(), "instance/", "recursive=true")[1])
+    assert sorted(instance["serviceAccounts"]) == sorted(["default", DEFAULT_EMAIL])
+    assert "token" not in json.dumps(instance)

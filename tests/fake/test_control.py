@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
 
+from tests.support.waiting import wait_for
 from watchdog.fake.control import ControlRequest, handle_control
 from watchdog.fake.faults import FaultBook
 from watchdog.fake.requestlog import RequestLog, RequestRecord
@@ -115,6 +117,34 @@ def test_identity_sets_every_key_of_a_tpu_vm_consistently(control: Control) -> N
     endpoints = "instance/attributes/worker-network-endpoints"
     assert again[endpoints] == values[endpoints]  # the slice's list, the same from any of its hosts
     assert again["instance/id"] != values["instance/id"]
+
+
+def test_identity_with_a_gpu_machine_type_makes_a_gpu_vm(control: Control) -> None:
+    status, answer = control("POST", "identity", b'{"machine_type": "a3-megagpu-8g", "zone": "us-east5-a"}')
+    assert status == 200
+    assert answer["identity"]["instance/machine-type"].endswith("/machineTypes/a3-megagpu-8g")
+    assert "instance/attributes/tpu-env" in answer["changed"]  # gone
+    assert control.store.lookup("instance/attributes/accelerator-type") is None
+    status, answer = control("POST", "identity", b'{"machine_type": "a3-megagpu-8g", "hosts": 2}')
+    assert status == 400
+    assert "not the TPU field(s) ['hosts']" in answer["error"]
+
+
+def test_hanging_counts_the_gets_waiting_now(control: Control) -> None:
+    assert control("GET", "hanging") == (200, {"hanging": 0})
+    stop = threading.Event()
+    waiter = threading.Thread(
+        target=control.store.wait_for_change, args=("instance/preempted", None, 30, stop)
+    )
+    waiter.start()
+    try:
+        wait_for(lambda: control("GET", "hanging")[1] == {"hanging": 1}, what="the wait to be counted")
+    finally:
+        stop.set()
+        control.store.wake_all()
+        waiter.join(10)
+    assert control("GET", "hanging") == (200, {"hanging": 0})
+    assert control("POST", "hanging")[0] == 405
 
 
 def test_an_unknown_endpoint_names_the_ones_served(control: Control) -> None:

@@ -68,6 +68,32 @@ def test_keep_alive_serves_several_requests_on_one_connection(fake: FakeMetadata
         connection.close()
 
 
+# --- above /computeMetadata/v1/ ---------------------------------------------------------------------------
+def test_the_root_answers_a_ping_without_a_flavor_header(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
+    """Google's Go client pings the root without the header and trusts the one in the answer."""
+    answer = session.get(f"{fake.url}/", timeout=10)
+    assert (answer.status_code, answer.text) == (200, "computeMetadata/\n")
+    assert answer.headers["Metadata-Flavor"] == "Google"
+
+
+def test_compute_metadata_lists_v1_and_needs_the_header(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
+    url = f"{fake.url}/computeMetadata/"
+    assert session.get(url, timeout=10).status_code == 403
+    answer = session.get(url, headers=FLAVOR, timeout=10)
+    assert (answer.status_code, answer.text) == (200, "v1/\n")
+    moved = session.get(f"{fake.url}/computeMetadata", headers=FLAVOR, timeout=10, allow_redirects=False)
+    assert (moved.status_code, moved.headers["Location"]) == (301, "/computeMetadata/")
+    assert session.post(url, headers=FLAVOR, timeout=10).status_code == 405
+    assert session.get(f"{fake.url}/elsewhere", headers=FLAVOR, timeout=10).status_code == 404
+    logged = [(r.path, r.flavor_present, r.status) for r in fake.requests()]
+    assert logged == [("/computeMetadata/", False, 403), ("/computeMetadata/", True, 200),
+                      ("/computeMetadata", True, 301), ("/computeMetadata/", True, 405)]  # fmt: skip
+
+
 # --- faults -----------------------------------------------------------------------------------------------
 def test_status_fault_answers_the_next_n_matching_requests(
     fake: FakeMetadataServer, session: requests.Session

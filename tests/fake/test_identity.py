@@ -4,10 +4,19 @@ naming the field."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from watchdog.core.identity import identity_from
-from watchdog.fake.identity import TPU_FIELDS, TpuIdentity, identity_from_fields, parse_identity
+from watchdog.fake.identity import (
+    IDENTITY_KEYS,
+    TPU_FIELDS,
+    GpuIdentity,
+    TpuIdentity,
+    identity_from_fields,
+    parse_identity,
+)
 
 
 def test_a_multislice_host_reads_back_as_the_daemon_sees_it() -> None:
@@ -61,3 +70,43 @@ def test_the_command_line_form() -> None:
     with pytest.raises(ValueError, match="expected FIELD=VALUE"):
         parse_identity("node")
     assert "coordinator" in TPU_FIELDS
+
+
+# --- GPU VMs ----------------------------------------------------------------------------------------------
+def test_a_gpu_vm_has_its_machine_type_stops_for_maintenance_and_has_no_tpu_attributes() -> None:
+    values = GpuIdentity().values()
+    assert values["instance/machine-type"] == "projects/123456789012/machineTypes/a3-highgpu-8g"
+    assert values["instance/scheduling/on-host-maintenance"] == "TERMINATE"
+    assert not [path for path in values if path.startswith("instance/attributes/")]
+    assert values["instance/zone"] == "projects/123456789012/zones/us-central1-a"
+    assert values["instance/hostname"].startswith("fake-gpu-vm.us-central1-a.")
+    assert GpuIdentity(instance_name="b").values()["instance/id"] != values["instance/id"]
+    assert set(values) <= IDENTITY_KEYS
+    assert set(TpuIdentity().values()) <= IDENTITY_KEYS
+
+
+def test_the_command_line_and_the_control_fields_say_gpu_by_the_machine_type() -> None:
+    assert parse_identity("a3-highgpu-8g") == GpuIdentity()
+    assert parse_identity("a3-megagpu-8g,zone=us-east5-a") == GpuIdentity("a3-megagpu-8g", "us-east5-a")
+    assert identity_from_fields({"machine_type": "g2-standard-8"}) == GpuIdentity("g2-standard-8")
+    assert identity_from_fields({"machine_type": "ct5lp-hightpu-4t"}) == TpuIdentity(
+        machine_type="ct5lp-hightpu-4t"
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (
+            lambda: parse_identity("a3-highgpu-8g,worker=1"),
+            r"GPU VM: it takes .* not the TPU field\(s\) \['worker'\]",
+        ),
+        (lambda: TpuIdentity(machine_type="a3-highgpu-8g"), "a GPU VM's, not a TPU VM's"),
+        (lambda: GpuIdentity("n1-standard-8"), "not a GPU machine type: one of the families a2, a3"),
+        (lambda: GpuIdentity(zone="us central"), "zone"),
+        (lambda: parse_identity("v5litepod-16"), "expected FIELD=VALUE"),
+    ],
+)
+def test_a_bad_gpu_identity_is_refused_naming_what_is_wrong(make: Callable[[], object], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        make()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.waiting import wait_for
+from watchdog.fake.identity import GpuIdentity, TpuIdentity
 from watchdog.fake.store import (
     DEFAULTS,
     NO_NOTIFICATIONS,
@@ -34,6 +35,21 @@ def test_defaults_are_served() -> None:
     upcoming = leaf(store, "instance/upcoming-maintenance").value
     assert (upcoming.status, upcoming.content) == (503, NO_NOTIFICATIONS)
     assert store.lookup("instance/nothing") is None
+
+
+def test_a_gpu_identity_replaces_a_tpu_one_whole_and_back() -> None:
+    store = MetadataStore()
+    changed = store.set_identity(GpuIdentity())
+    assert "instance/attributes/tpu-env" in changed
+    assert "instance/machine-type" in changed
+    assert store.lookup("instance/attributes/") is None  # a GPU VM has no TPU attributes
+    assert leaf(store, "instance/machine-type").value.content.endswith("/machineTypes/a3-highgpu-8g")
+    assert leaf(store, "instance/scheduling/on-host-maintenance").value.content == "TERMINATE"
+    assert leaf(store, ME).value.content == "NONE"  # what is not identity stays
+    assert store.set_identity(GpuIdentity()) == []
+    store.set_identity(TpuIdentity(node="back"))
+    assert "NODE_ID: 'back'" in str(leaf(store, "instance/attributes/tpu-env").value.content)
+    assert leaf(store, "instance/machine-type").value.content.endswith("/machineTypes/ct4p-hightpu-4t")
 
 
 def test_etag_follows_content_only() -> None:

@@ -8,11 +8,13 @@ formats, fault fields and curl examples: docs/fake-metadata.md.
     POST   /_fake/reset                {"path": KEY} or {} (everything) back to the defaults
     POST   /_fake/identity             {"node": "my-slice", "worker": 3, "hosts": 4, "accelerator_type":
                                        "v5litepod-16", "slice_id": 1, "num_slices": 2, ...}: every identity
-                                       key of a TPU VM at once, consistent (watchdog/fake/identity.py)
+                                       key of a TPU VM at once, consistent (watchdog/fake/identity.py);
+                                       {"machine_type": "a3-highgpu-8g", "zone": ...}: a GPU VM
     POST   /_fake/faults               {"kind": ..., "count": N, "status": 503, "seconds": 2.0, "path": KEY,
                                        "size": BYTES}
     GET    /_fake/faults               pending faults;  DELETE /_fake/faults clears them
     GET    /_fake/requests             recent metadata requests (bounded ring)
+    GET    /_fake/hanging              {"hanging": N}: hanging GETs waiting now (is the job watching yet?)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ PREFIX = "/_fake/"
 MAX_BODY = 1024 * 1024
 SERVED = (
     "PUT, GET or DELETE /_fake/v1/<key>; POST /_fake/reset; POST /_fake/identity; "
-    "POST, GET or DELETE /_fake/faults; GET /_fake/requests"
+    "POST, GET or DELETE /_fake/faults; GET /_fake/requests; GET /_fake/hanging"
 )
 
 
@@ -68,6 +70,8 @@ def handle_control(
             return _faults(request, faults)
         if route == "requests":
             return _only("GET", request) or _reply(200, [r.to_json() for r in log.records()])
+        if route == "hanging":
+            return _only("GET", request) or _reply(200, {"hanging": store.waiting()})
     except ValueError as exc:  # includes bad JSON and bad keys: the caller's mistake, said plainly
         return _fail(400, str(exc))
     return _fail(
