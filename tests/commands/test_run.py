@@ -7,6 +7,7 @@ The daemon runs in a private PID namespace with its one holder, so it can never 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,35 @@ def test_a_bad_configuration_exits_78_naming_the_key(tmp_path: Path, config: str
     assert done.returncode == 78, done.stderr
     assert str(path) in done.stderr
     assert named in done.stderr
+
+
+def test_grace_1e12_exits_78_naming_the_key_and_the_bound(tmp_path: Path) -> None:
+    """It was accepted, and the event's first log line failed (year 33715 is out of range): no drain."""
+    done = subprocess.run(
+        [sys.executable, "-m", "watchdog", "run", "--config", os.devnull, "--grace", "1e12",
+         "--state-dir", str(tmp_path / "s")],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 78, done.stderr
+    assert (
+        "flag --grace: drain.maintenance_grace: 1e+12 is more than the maximum, 86400 s (24 h)" in done.stderr
+    )
+
+
+def test_a_webhook_flag_is_warned_about_once_at_start_and_never_shown(tmp_path: Path) -> None:
+    """Every user can read /proc/PID/cmdline. The state dir is a file, so the start ends right after."""
+    webhook = "https://hooks.example.com/services/T0/B0/s3cr3t-in-argv"
+    (tmp_path / "file").write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "watchdog", "run", "--config", os.devnull, "--webhook", webhook,
+         "--state-dir", str(tmp_path / "file" / "state"), "--metadata-host", "127.0.0.1:9"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TPU_WATCHDOG_")},
+    )  # fmt: skip
+    assert done.returncode == 73, done.stderr  # the state dir: start-up got past the configuration
+    assert done.stderr.count("WARNING notify.webhooks: a --webhook URL is visible to every user") == 1
+    assert "TPU_WATCHDOG_NOTIFY_WEBHOOKS" in done.stderr
+    assert "s3cr3t" not in done.stderr
 
 
 STOPPED_WHILE_STARTING = r"""

@@ -54,7 +54,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
 
 def test_every_setting_has_a_config_field_of_the_default_type() -> None:
     fields = {f.name for f in dataclasses.fields(Config)}
-    assert {s.attr for s in SETTINGS} == fields - {"config_file", "sources"}
+    assert {s.attr for s in SETTINGS} == fields - {"config_file", "sources", "warnings"}
     assert len({s.env for s in SETTINGS}) == len(SETTINGS)
 
 
@@ -359,3 +359,28 @@ def test_grace_1e12_from_the_command_line_exits_78_naming_the_key_and_the_bound(
 def test_ids_urls_and_paths_have_bounds_too(argv: list[str], environ: dict[str, str], expected: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(expected)):
         load_config(parse(*argv), environ)
+
+
+# -- webhook URLs where other users can read them: a warning, for `run` to log once --------------------------
+
+SECRET = "https://hooks.example.com/services/T0/B0/s3cr3t"  # noqa: S105 - a made-up webhook URL
+
+
+def test_a_webhook_flag_warns_that_every_user_can_read_it_and_names_the_safer_way() -> None:
+    (warning,) = load_config(parse("--webhook", SECRET), {}).warnings
+    assert "visible to every user of this host in /proc/PID/cmdline" in warning
+    assert "TPU_WATCHDOG_NOTIFY_WEBHOOKS" in warning
+    assert "s3cr3t" not in warning
+    assert load_config(parse(), {"TPU_WATCHDOG_NOTIFY_WEBHOOKS": SECRET}).warnings == ()
+
+
+def test_a_file_with_webhooks_that_others_can_read_warns(tmp_path: Path) -> None:
+    path = write(tmp_path, f'[notify]\nwebhooks = ["{SECRET}"]\n')
+    Path(path).chmod(0o644)
+    (warning,) = load_config(parse("--config", path), {}).warnings
+    assert warning == (
+        f"notify.webhooks: {path} holds webhook URLs and other users can read it (mode 0644); "
+        f"chmod 600 {path}"
+    )
+    Path(path).chmod(0o600)
+    assert load_config(parse("--config", path), {}).warnings == ()

@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.surface.logs import setup_logging
 
     setup_logging(config.log_level, log_format=config.log_format)
+    for warning in config.warnings:  # once, at start: a reload's configuration is never asked for them
+        log.warning("%s", warning)
     # Heavy imports after the configuration is known good: a typo costs no start-up time.
     from watchdog.daemon.compose import Wiring, build_daemon
     from watchdog.store.lock import StateDirBusyError, StateDirLock

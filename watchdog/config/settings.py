@@ -2,15 +2,17 @@
 
 Every value keeps where it came from (for `tpu-watchdog config`), and every bad value stops start-up with a
 `ConfigError` naming the file, variable or flag, the key, and what is allowed (`load_config_or_exit`: 78).
-Pure apart from reading the file, and stat-ing who could change the hooks when there are any (hooks run as
-root: `_refuse_untrusted_hooks`, by the rule in `trust`). The settings themselves are listed once, in
-`schema`.
+Pure apart from reading the file and stat-ing who could have changed it and the files its hooks name (the
+daemon runs as root: `_refuse_untrusted`, by the rule in `trust`). The settings themselves are listed once,
+in `schema`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import stat
 import sys
 import types
 from collections.abc import Collection, Mapping
@@ -20,7 +22,7 @@ from typing import Any, Literal
 from watchdog.config import values as v
 from watchdog.config.schema import BY_ENV, BY_KEY, ENV_PREFIX, SECTIONS, SETTINGS, Setting
 from watchdog.config.suggest import suggest
-from watchdog.config.trust import refusal
+from watchdog.config.trust import hook_refusal, path_refusal
 from watchdog.core.redaction import redacted_url
 from watchdog.core.vocabulary import (
     DEFAULT_MAINTENANCE_GRACE,
@@ -91,6 +93,7 @@ class Config:
     webhooks: tuple[str, ...]  # secrets: shown only through `displayed` (redacted)
     config_file: str | None = None  # the file read, None when none was
     sources: Mapping[str, Source] = field(default_factory=dict, compare=False)  # TOML key -> source
+    warnings: tuple[str, ...] = field(default=(), compare=False)  # for `run` to log once, at start
 
     def source(self, key: str) -> Source:
         return self.sources.get(key, Source("default"))
@@ -283,29 +286,41 @@ def _flag_values(args: argparse.Namespace) -> list[tuple[Setting, str, object]]:
     return given
 
 
-def _refuse_untrusted_hooks(
-    path: str, file_hooks: list[str], values: Mapping[str, Any], sources: Mapping[str, Source]
-) -> None:
-    """Hooks run as the daemon's user (root): refuse them when anyone else could have chosen them - a file
-    naming hooks that another user can write (or whose directory they can), or a hook executable they can
-    replace. A file without hooks is never refused for its permissions."""
+def _refuse_untrusted(path: str | None, values: Mapping[str, Any], sources: Mapping[str, Source]) -> None:
+    """The daemon runs as root: refuse what anyone else could have chosen - the file read (`path`, None
+    when none was) and each hook - by the rule in `trust`."""
     user = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
-    if file_hooks:
-        real = os.path.realpath(path)
-        for where in dict.fromkeys([real, os.path.dirname(os.path.abspath(path)), os.path.dirname(real)]):
-            because = refusal(where)
-            if because:
-                raise ConfigError(
-                    f"{path}: {', '.join(file_hooks)}: refused: hooks run as {user}, and {because}"
-                )
+    if path is not None:
+        because = path_refusal(path)
+        if because:
+            raise ConfigError(f"{path}: refused: it directs a daemon running as {user}, and {because}")
     for setting in _HOOKS:
         argv = values[setting.attr]
-        if argv and argv[0].startswith("/"):
-            because = refusal(argv[0])
-            if because:
-                source = sources[setting.key]
-                origin = source.where if source.kind == "file" else f"environment {source.where}"
-                raise ConfigError(f"{origin}: {setting.key}: refused: the hook runs as {user}, and {because}")
+        because = hook_refusal(argv) if argv else None
+        if because:
+            source = sources[setting.key]
+            origin = source.where if source.kind == "file" else f"environment {source.where}"  # no hook flag
+            raise ConfigError(f"{origin}: {setting.key}: refused: the hook runs as {user}, and {because}")
+
+
+def _warnings(path: str | None, values: Mapping[str, Any], sources: Mapping[str, Source]) -> tuple[str, ...]:
+    """What start-up logs once: webhook URLs (secrets) where other users can read them."""
+    if not values["webhooks"]:
+        return ()
+    source = sources["notify.webhooks"]
+    safer = (
+        "give them in the configuration file (chmod 600) or in TPU_WATCHDOG_NOTIFY_WEBHOOKS (e.g. a systemd "
+        "EnvironmentFile= only root can read)"
+    )
+    if source.kind == "flag":
+        return (f"notify.webhooks: a --webhook URL is visible to every user of this host in "
+                f"/proc/PID/cmdline (ps -ef); {safer}",)  # fmt: skip
+    if source.kind == "file" and path is not None:
+        mode = os.stat(path).st_mode
+        if mode & (stat.S_IRGRP | stat.S_IROTH):
+            return (f"notify.webhooks: {path} holds webhook URLs and other users can read it (mode "
+                    f"{stat.S_IMODE(mode):04o}); chmod 600 {shlex.quote(path)}",)  # fmt: skip
+    return ()
 
 
 def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
@@ -315,7 +330,6 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
 
     path, path_source, explicit = _config_path(args, environ)
     document = _read_file(path, explicit, path_source)
-    file_hooks: list[str] = []
     if document is not None:
         for key, raw in _flatten(document, path).items():
             setting = BY_KEY[key]
@@ -324,8 +338,6 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             except v.BadValueError as error:
                 raise _fail(path, setting, str(error)) from None
             sources[key] = Source("file", path)
-            if setting in _HOOKS and values[setting.attr] is not None:
-                file_hooks.append(key)
 
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV or name in HOOK_ENV:
@@ -349,12 +361,13 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             raise _fail(f"flag {flag}", setting, str(error)) from None
         sources[setting.key] = Source("flag", flag)
 
-    if file_hooks or any(values[s.attr] for s in _HOOKS):
-        _refuse_untrusted_hooks(path, file_hooks, values, sources)
+    config_file = path if document is not None else None
+    _refuse_untrusted(config_file, values, sources)
     return Config(
         **values,
-        config_file=path if document is not None else None,
+        config_file=config_file,
         sources=types.MappingProxyType(sources),
+        warnings=_warnings(config_file, values, sources),
     )
 
 

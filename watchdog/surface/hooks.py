@@ -6,7 +6,7 @@ kills everything it started), with its output captured up to a bound and logged.
 non-zero exit or a timeout is logged, never raised.
 
 Hooks run as the daemon's user, root: the configuration loader refuses hooks that anyone else could have
-chosen (config/trust.py), before they get here.
+chosen, or that hand a shell a string (config/trust.py), before they get here.
 """
 
 from __future__ import annotations

@@ -40,8 +40,10 @@ CONFIG = "/etc/tpu-watchdog/config.toml"
 GOOD_CONFIG = f"""[devices]
 extra_paths = ["{LOCK_FILE}"]
 [hooks]
-on_event_start = ["/bin/sh", "-c", "echo $TPU_WATCHDOG_EVENT > {HOOK_MARK}"]
+on_event_start = ["/bin/sh", "/run/tpuwd-hook"]
 """
+HOOK = f"""echo "$TPU_WATCHDOG_EVENT" > {HOOK_MARK}
+"""  # a root-owned script: a shell string (sh -c) is refused
 DEV_FULL = os.makedev(1, 7)
 STARTED_ID = "98ae34cc9a444eddb7d4c13f76fa4bdd"  # logs.MESSAGE_IDS["daemon_started"]
 SIGNAL_SENT_ID = "b64be2df8f894d9ba0b6c773d0a5e800"  # logs.MESSAGE_IDS["signal_sent"]
@@ -118,6 +120,7 @@ def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
         box.run("chmod", "0755", "/run/tpuwd-fake-ctl")
         box.write("/run/tpuwd-receiver", RECEIVER)
         box.run("chmod", "0755", "/run/tpuwd-receiver")
+        box.write("/run/tpuwd-hook", HOOK)
         box.write(f"/run/systemd/system/{FAKE_UNIT}", FAKE_SERVICE)
         args = f"--metadata-host {FAKE_ADDRESS} --device {DEVICE_DIR}/accel* --test-wedge-file {WEDGE}"
         box.write(f"/run/systemd/system/{UNIT}", unit_text(args))
