@@ -4,6 +4,7 @@ pointed at it by GCE_METADATA_HOST / GCE_METADATA_IP, as in a rehearsal."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -76,6 +77,7 @@ def line_of(job: subprocess.Popen[str]) -> dict[str, object]:
 def test_google_auth_finds_gce_a_project_an_account_and_a_token_and_watches(
     fake: str, tmp_path: Path
 ) -> None:
+    assert importlib.util.find_spec("google.auth"), "google-auth is a dev dependency: run `make setup`"
     job = subprocess.Popen([sys.executable, "-c", JOB], env=job_env(fake, tmp_path / "home"),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
