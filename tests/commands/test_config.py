@@ -74,3 +74,11 @@ def test_a_bad_flag_or_variable_exits_78() -> None:
     done = run_config(env={"TPU_WATCHDOG_GRCE": "3"})
     assert done.returncode == EXIT_CONFIG
     assert "TPU_WATCHDOG_GRCE" in done.stderr
+
+
+def test_says_what_run_would_warn_about_and_shows_the_url_redacted() -> None:
+    done = run_config("--webhook", "https://hooks.example.com/services/T0/B0/s3cr3t")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("tpu-watchdog: warning: notify.webhooks: a --webhook URL is visible")
+    assert "https://hooks.example.com/…redacted" in done.stdout
+    assert "s3cr3t" not in done.stdout + done.stderr

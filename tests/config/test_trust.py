@@ -297,6 +297,14 @@ def test_hooks_that_name_only_trusted_files_are_accepted(argv: list[str]) -> Non
     assert hook_refusal(argv) is None
 
 
+def test_a_relative_word_counts_when_it_names_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook starts in the daemon's working directory: "x/user.sh" there is that file."""
+    own_file(own_dir(tmp_path, "x") / "user.sh", "#!/bin/sh\n", mode=0o666)
+    monkeypatch.chdir(tmp_path)
+    assert "x/user.sh is group- and other-writable" in hook_refused(["/bin/sh", "x/user.sh"])
+    assert hook_refusal(["/usr/bin/curl", "-H", "Content-Type: application/json", "-d", "x/absent"]) is None
+
+
 def test_every_file_a_hook_names_counts_and_a_missing_one_by_its_directory(tmp_path: Path) -> None:
     theirs = own_dir(tmp_path, "theirs", owner=USER)
     assert f"{theirs} is owned by uid {USER}" in (hook_refusal(["/bin/true", f"--config={theirs}/c"]) or "")

@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args, os.environ)
     if isinstance(config, int):
         return config
+    for warning in config.warnings:  # what `run` would log at start
+        sys.stderr.write(f"tpu-watchdog: warning: {warning}\n")
     if args.json:
         document = {"config_file": config.config_file, "settings": as_dict(config)}
         sys.stdout.write(json.dumps(document, indent=2) + "\n")

@@ -10,7 +10,8 @@ bit lets others add names there but never rename or remove root's. A name that d
 by the directory that would hold it, sticky or not: anyone who may write there could create it.
 
 A hook is an argv list run without a shell. Each of its words that names a file is held to the rule
-(the executable, an interpreter's script, an argument like `--config=/etc/x`); a word given to a shell or
+(the executable, an interpreter's script, an argument like `--config=/etc/x`; a relative word only when it
+names a file that exists, so `-H "Content-Type: application/json"` is no path); a word given to a shell or
 an interpreter as code (`sh -c '...'`, `python3 -c`, `env -S`) is refused outright: no file permission can
 vouch for text. Here, not in surface/hooks.py, because the configuration applies it while loading.
 """
@@ -122,7 +123,8 @@ def _executable(word: str) -> str | None:
 
 def hook_refusal(argv: Sequence[str]) -> str | None:
     """Why the hook `argv` must not run as root, with the fix, or None: shell strings, and every word that
-    names a file (a word with a slash that is no URL, or the value of `--opt=/path`) by `path_refusal`."""
+    names a file by `path_refusal`: an absolute path (the directory that would hold it, if it does not
+    exist), a relative one that exists (from the working directory, the hook's), the value of `--opt=PATH`."""
     code = _inline_code(argv)
     if code:
         return (
@@ -137,7 +139,7 @@ def hook_refusal(argv: Sequence[str]) -> str | None:
         return because
     for word in argv[1:]:
         named = word.partition("=")[2] if word.startswith("-") else word
-        if "/" in named and "://" not in named:
+        if named.startswith("/") or (named and "://" not in named and os.path.lexists(named)):
             because = path_refusal(named, may_be_missing=True)
             if because:
                 return because
