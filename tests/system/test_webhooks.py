@@ -103,24 +103,26 @@ def test_a_webhook_that_never_answers_delays_no_signal(
             )
 
 
-def config_output(*args: str, environ: dict[str, str] | None = None) -> str:
+def config_output(*args: str, environ: dict[str, str] | None = None) -> tuple[str, str]:
+    """stdout and stderr (a --webhook flag's warning) of `tpu-watchdog config`."""
     done = subprocess.run(
         [sys.executable, "-m", "watchdog", "config", "--config", os.devnull, *args],
         capture_output=True, text=True, timeout=60, check=True, cwd=REPO,
         env={"PATH": os.environ.get("PATH", ""), **(environ or {})},
     )  # fmt: skip
-    return done.stdout + done.stderr
+    return done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("form", ["flag", "env", "json"])
 def test_the_config_command_shows_a_webhook_redacted(form: str) -> None:
     url = f"https://hooks.example.com{SECRET_PATH}?token=t0ps3cret"
     if form == "env":
-        out = config_output(environ={"TPU_WATCHDOG_NOTIFY_WEBHOOKS": url})
+        out, err = config_output(environ={"TPU_WATCHDOG_NOTIFY_WEBHOOKS": url})
     else:
-        out = config_output("--webhook", url, *(["--json"] if form == "json" else []))
+        out, err = config_output("--webhook", url, *(["--json"] if form == "json" else []))
     if form == "json":
         out = json.dumps(json.loads(out), ensure_ascii=False)
+    out += err
     assert "https://hooks.example.com/…redacted" in out
     assert SECRET_PATH not in out
     assert "t0ps3cret" not in out
