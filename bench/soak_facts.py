@@ -213,7 +213,7 @@ def _json_line(raw: str, instance: int) -> LogLine | None:
 _TEXT = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) (\w+) (.*)$")
 _TEXT_KINDS = (
     (re.compile(r"^(?:\[dry run\] )?(?P<signal>SIG\w+) to pid (?P<pid>\d+) \((?P<process>.*), start time "
-                r"(?P<start_time>\d+)\): (?P<result>\w+)$"), "signal_sent"),
+                r"(?P<start_time>\d+)(?:, [^)]*)?\): (?P<result>\w+)$"), "signal_sent"),  # ", <workload>"
     (re.compile(r"^event started: (?P<event>\S+) = "), "event_started"),
     (re.compile(r"^event cleared: (?P<event>\S+) is back"), "event_cleared"),
     (re.compile(r"^draining \d+ TPU holder"), "drain_started"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -16,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.kubepods import KubepodsCgroup
+from tests.support.workloads import HOLD_FLAGS, UniqueDevice
 from watchdog.commands.readiness import judge
-from watchdog.host.holders import ScanResult
+from watchdog.host.holders import HolderScanner, ScanResult
 
 REPO = Path(__file__).resolve().parents[2]
+HOLD = "import os, sys; fd = os.open(sys.argv[1], int(sys.argv[2])); print('ready', flush=True); input()"
 
 # A JAX process holding the device: "plain" (no distributed runtime) or "initialized" (on loopback, alone).
 JAX_HOLDER = r"""
@@ -146,3 +150,27 @@ def test_processes_it_may_not_read_are_said() -> None:
     )
     assert "3 processes could not be read (run as root to see them)" in err.getvalue()
     assert "nothing holds a TPU device (/dev/accel*)" in err.getvalue()
+
+
+def test_the_verdict_names_the_pod_that_would_lose_its_progress(tmp_path: Path) -> None:
+    """A real holder in a real cgroup laid out as the kubelet's: its verdict names its pod (by uid: no kubelet
+    files here) in the text, and the JSON carries its workload."""
+    with UniqueDevice(tmp_path) as device, KubepodsCgroup() as cgroup, subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(device.path), str(HOLD_FLAGS)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        cgroup.enter(proc.pid)
+        scan = HolderScanner(patterns=[str(device.path)], node_root=str(tmp_path)).scan()
+        text, as_json = io.StringIO(), io.StringIO()
+        assert judge(scan, [str(device.path)], False, text, io.StringIO()) == 1
+        assert judge(scan, [str(device.path)], True, as_json, io.StringIO()) == 1
+        proc.kill()
+    said = " ".join(text.getvalue().split())
+    (entry,) = json.loads(as_json.getvalue())
+    assert f"LOST pid {proc.pid} ({entry['name']}, pod uid {cgroup.pod_uid}): WOULD LOSE ITS PROGRESS" in said
+    assert (entry["workload"]["pod_uid"], entry["workload"]["container_id"]) == (
+        cgroup.pod_uid,
+        cgroup.container_id,
+    )

@@ -15,6 +15,7 @@ from watchdog.core.clock import SystemClock
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import SigtermDisposition
+from watchdog.core.workload import Workload
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.view import StatusView
@@ -97,3 +98,24 @@ def test_a_holder_that_will_lose_its_progress_is_said_once_after_two_scans(
     assert [h.name for h in r.view.holders] == ["train", "plain", "deaf"]
     gauge = "tpu_watchdog_device_holders_by_sigterm"
     assert r.metrics.registry.get_sample_value(gauge, {"disposition": "default"}) == 1
+
+
+def test_a_holder_that_will_lose_its_progress_is_named_by_its_pod(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The not-ready warning names the pod to page, in words and in journal fields of their own."""
+    r = reporter(tmp_path)
+    pod = Workload(pod_uid="8d3f5c2a-1b4e-4c6d-9e8f-0a1b2c3d4e5f", pod_namespace="ml", pod_name="trainer-0")
+    holder = Holder(ProcessIdentity(11, 1), "python3", (), 0, ("/dev/accel0",),
+                    sigterm=SigtermDisposition.DEFAULT, workload=pod)  # fmt: skip
+    with caplog.at_level(logging.WARNING, "tpu-watchdog"):
+        r.holders_scanned([holder])
+        r.holders_scanned([holder])
+    (said,) = caplog.records
+    assert "pid 11 (python3, pod ml/trainer-0) holds the TPU with SIGTERM default" in said.getMessage()
+    journal = said.__dict__
+    assert (journal["TPU_WATCHDOG_WORKLOAD"], journal["TPU_WATCHDOG_POD_NAME"]) == (
+        "pod ml/trainer-0",
+        "trainer-0",
+    )
+    assert "TPU_WATCHDOG_CONTAINER_NAME" not in journal  # only what is known

@@ -268,11 +268,12 @@ class HostProcfs(Procfs):
 class OwnScanner:
     """The real `HolderScanner` on the test's node, narrowed to the test's own processes: whatever else
     shares the node's device number, a test never drains (signals) anything it did not start. With
-    `host_only`, it also reads only their entries of /proc (`HostProcfs`)."""
+    `host_only`, it also reads only their entries of /proc (`HostProcfs`); `node_root`: where the kubelet's
+    files are (a fixture node)."""
 
-    def __init__(self, workloads: Workloads, host_only: bool = False) -> None:
+    def __init__(self, workloads: Workloads, host_only: bool = False, node_root: str = "/") -> None:
         self.workloads = workloads
-        self.inner = HolderScanner(patterns=[str(workloads.device)])
+        self.inner = HolderScanner(patterns=[str(workloads.device)], node_root=node_root)
         if host_only:
             self.inner.procfs = HostProcfs(workloads)
 

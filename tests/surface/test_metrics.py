@@ -20,6 +20,7 @@ from watchdog.core.vocabulary import (
     Outcome,
     SigtermDisposition,
 )
+from watchdog.core.workload import NO_WORKLOAD, Workload, WorkloadKind
 from watchdog.surface.metrics import (
     DISPOSITIONS,
     DRAIN_BUCKETS,
@@ -28,6 +29,7 @@ from watchdog.surface.metrics import (
     OUTCOMES,
     SIGNALS,
     STATES,
+    WORKLOAD_KINDS,
     Metrics,
 )
 
@@ -138,6 +140,22 @@ def test_holders_by_sigterm_disposition() -> None:
     assert counts == {"caught": 1, "ignored": 0, "default": 2}  # the unknown one counts in none
     metrics.set_holders(holders[:1])
     assert value(metrics, name, disposition="default") == 0
+
+
+def test_holders_by_kind_counts_pods_units_and_the_rest_never_names_them() -> None:
+    metrics = Metrics()
+    assert [WorkloadKind(k) for k in WORKLOAD_KINDS] == list(WorkloadKind)
+    name = "tpu_watchdog_device_holders_by_kind"
+    assert {k: value(metrics, name, kind=k) for k in WORKLOAD_KINDS} == dict.fromkeys(WORKLOAD_KINDS, 0)
+    pod = Workload(pod_uid="8d3f5c2a-1b4e-4c6d-9e8f-0a1b2c3d4e5f", pod_name="trainer-0")
+    workloads = [pod, pod, Workload(unit="train.service"), NO_WORKLOAD]
+    holders = [Holder(ProcessIdentity(pid, 1), "p", (), 0, (), workload=w) for pid, w in enumerate(workloads)]
+    metrics.set_holders(holders)
+    counts = {k: value(metrics, name, kind=k) for k in WORKLOAD_KINDS}
+    assert counts == {"pod": 2, "container": 0, "systemd_unit": 1, "none": 1}
+    exposed = generate_latest(metrics.registry).decode()
+    assert "trainer-0" not in exposed  # one series per kind: never a pod, unit or container name
+    assert "train.service" not in exposed
 
 
 def test_no_created_series_but_every_counter_and_histogram_sample_stays() -> None:

@@ -65,8 +65,10 @@ def render(holders: Sequence[Holder], width: int = 110) -> str:
         ready, sentence = verdict(h)
         command = " ".join(" ".join(h.cmdline).split())[:80]  # one line, whatever the argv holds
         mark = "ok  " if ready else "LOST"
+        words = h.workload.describe()
+        who = f"{h.name}, {words}" if words else h.name  # the unit, container or pod to page
         lines.append(
-            textwrap.fill(f"  {mark} pid {h.pid} ({h.name}): {sentence}", width, subsequent_indent=" " * 7)
+            textwrap.fill(f"  {mark} pid {h.pid} ({who}): {sentence}", width, subsequent_indent=" " * 7)
         )
         lines.append(f"       command: {command or '-'}")
     return "\n".join(lines) + "\n\n" + textwrap.fill(CANNOT_KNOW, width) + "\n"
@@ -80,6 +82,7 @@ def as_json(holders: Sequence[Holder]) -> str:
                 "start_time": h.identity.start_time,
                 "name": h.name,
                 "sigterm": h.sigterm.value if h.sigterm else None,
+                "workload": h.workload.to_dict(),
                 "ready": verdict(h)[0],
                 "verdict": verdict(h)[1],
             }

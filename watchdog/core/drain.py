@@ -284,7 +284,7 @@ class DrainCore:
         the same event) already did."""
         proc = ProcessRecord(
             holder.identity, holder.name, holder.devices, first_seen=now, late_arrival=late, uid=holder.uid,
-            sigterm=holder.sigterm,
+            sigterm=holder.sigterm, workload=holder.workload,
         )  # fmt: skip
         self.record.processes[holder.identity] = proc
         self._pending[holder.identity] = None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import OnTimeout, Outcome, SigtermDisposition
+from watchdog.core.workload import Workload
 
 
 class SignalResult(str, enum.Enum):
@@ -116,6 +117,7 @@ class ProcessRecord:
     late_arrival: bool = False  # opened a device after the drain's first wave (e.g. a restarted job)
     uid: int | None = None  # its owner (the history names the user); None: not known
     sigterm: SigtermDisposition | None = None  # its SIGTERM disposition when first seen, before any signal
+    workload: Workload | None = None  # its unit, container or pod when first seen; None: not known
 
     def sent(self, signum: int) -> list[SentSignal]:
         return [s for s in self.signals if s.signum == signum and s.result is SignalResult.SENT]
@@ -165,7 +167,9 @@ class ProcessRecord:
             return "before restart" if at is None else f"+{at - start:.2f} s"
 
         verb = "would send" if dry_run else "sent"
-        parts = [f"{self.identity} {self.name}" + (" (late arrival)" if self.late_arrival else "")]
+        words = self.workload.describe() if self.workload else ""
+        who = f"{self.identity} {self.name}" + (f" [{words}]" if words else "")
+        parts = [who + (" (late arrival)" if self.late_arrival else "")]
         for s in self.signals:
             name = signal.Signals(s.signum).name
             if s.result is SignalResult.SENT:
@@ -289,6 +293,7 @@ class DrainRecord:
                     "exit_status": str(p.exit_status) if p.exit_status else None,
                     "late_arrival": p.late_arrival,
                     "sigterm": p.sigterm.value if p.sigterm else None,
+                    "workload": p.workload.to_dict() if p.workload else None,
                     "loss": losses[p.identity].value if p.identity in losses else None,
                 }
                 for p in self.processes.values()

@@ -118,6 +118,11 @@ class Workload:
 NO_WORKLOAD = Workload()
 
 
+def words_of(data: object) -> str:
+    """`Workload.describe()` of what `to_dict` wrote (/status, a history entry); "" for anything else."""
+    return (Workload.from_dict(data) or NO_WORKLOAD).describe()
+
+
 def workload_of_cgroup(text: str) -> Workload:
     """What /proc/PID/cgroup tells: lines `hierarchy-id:controllers:path` (cgroup v2: one `0::path`; v1: one a
     hierarchy, `name=systemd` carrying systemd's path). The unit and slice come from the v2 path, else

@@ -30,7 +30,7 @@ from watchdog.core.vocabulary import DaemonState, Outcome, Output
 from watchdog.daemon.notices import Notices, who_was_killed
 from watchdog.daemon.outputs import Outputs
 from watchdog.surface.hooks import HookContext, HookRunner
-from watchdog.surface.logs import fields
+from watchdog.surface.logs import fields, workload_fields
 from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
@@ -130,7 +130,8 @@ class Announcer:
             for proc in record.processes.values():
                 log.info(
                     "  %s", proc.describe(record.started, record.dry_run),
-                    extra=fields(pid=proc.identity.pid, process=proc.name, drain_id=drain_id),
+                    extra=fields(pid=proc.identity.pid, process=proc.name, drain_id=drain_id,
+                                 **workload_fields(proc.workload)),
                 )  # fmt: skip
         with self.outputs.guarded(Output.WEBHOOKS):
             self.notices.drain_finished(event, record, drain_id)

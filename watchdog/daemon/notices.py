@@ -118,7 +118,13 @@ def who_was_killed(record: DrainRecord) -> str:
     """`pid 4243 (python3), pid 4244 (train)`: the processes SIGKILLed (or, with on_timeout = leave, left
     holding a device at the deadline); "" when none."""
     procs = [p for p in record.processes.values() if p.killed or (p.pending and record.ended is not None)]
-    return ", ".join(f"pid {p.identity.pid} ({p.name or 'name unknown'})" for p in procs)
+    return ", ".join(f"pid {p.identity.pid} ({_who(p)})" for p in procs)
+
+
+def _who(p: ProcessRecord) -> str:
+    """`python3` or `python3, pod ml/trainer-0 container jax`: its name, and its workload where known."""
+    words = p.workload.describe() if p.workload else ""
+    return f"{p.name or 'name unknown'}, {words}" if words else p.name or "name unknown"
 
 
 def process_summary(p: ProcessRecord) -> dict[str, object]:
@@ -133,6 +139,7 @@ def process_summary(p: ProcessRecord) -> dict[str, object]:
         "signals": [signal.Signals(s.signum).name for s in p.signals if s.result is SignalResult.SENT],
         "end": end,
         "exit_status": str(p.exit_status) if p.exit_status is not None and p.exit_status.known else None,
+        "workload": p.workload.to_dict() if p.workload else None,  # its unit, container, pod: who to page
     }
 
 

@@ -28,7 +28,7 @@ from watchdog.daemon.view import StatusView
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.watch import WatchFailed
 from watchdog.store.statefile import StateStore
-from watchdog.surface.logs import fields
+from watchdog.surface.logs import fields, workload_fields
 from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
@@ -122,14 +122,16 @@ class Reporter:
         for key, h in unready.items():
             if key in self._unready and key not in self._said_unready:
                 self._said_unready.add(key)
+                words = h.workload.describe()
                 with self.outputs.guarded(Output.LOG):
                     log.warning(
-                        "pid %d (%s) holds the TPU with SIGTERM %s: %s; `tpu-watchdog readiness` says more",
-                        h.pid, h.name, key[1].value,
+                        "pid %d (%s%s) holds the TPU with SIGTERM %s: %s; `tpu-watchdog readiness` says more",
+                        h.pid, h.name, f", {words}" if words else "", key[1].value,
                         "it will die at the next maintenance before any save (a JAX job needs "
                         "jax.distributed.initialize())" if key[1] is SigtermDisposition.DEFAULT
                         else "it will run on until SIGKILL at the drain deadline, saving nothing",
-                        extra=fields("holder_not_ready", pid=h.pid, process=h.name, sigterm=key[1].value),
+                        extra=fields("holder_not_ready", pid=h.pid, process=h.name, sigterm=key[1].value,
+                                     **workload_fields(h.workload)),
                     )  # fmt: skip
         self._unready = set(unready)
         self._said_unready &= self._unready  # only processes still holding are remembered

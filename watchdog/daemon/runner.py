@@ -30,7 +30,7 @@ from watchdog.core.vocabulary import DaemonState, Output
 from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
 from watchdog.daemon.outputs import Outputs
 from watchdog.store.statefile import StateStore
-from watchdog.surface.logs import fields
+from watchdog.surface.logs import fields, workload_fields
 from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
@@ -205,18 +205,21 @@ class DrainRunner(DrainListener):
             process = _name(record, identity) or "name unknown"
             proc = record.processes.get(identity)
             late = bool(proc and proc.late_arrival)
+            workload = proc.workload if proc else None
             journal = fields(
                 "signal_sent", pid=identity.pid, start_time=identity.start_time, process=process, signal=name,
                 result=result.value, drain_id=drain_id, event_ids=event_ids, late=late,
+                **workload_fields(workload),
             )  # fmt: skip
             dry, said = "", result.value
             if self.config.dry_run:  # nothing left the daemon: say what would have gone, to a process there
                 dry, name = "[dry run] ", f"would send {name}"
                 said = "not sent" if result is SignalResult.SENT else said
+            words = workload.describe() if workload else ""
             log.warning(
-                "%s%s to pid %d (%s, start time %d%s): %s",
-                dry, name, identity.pid, process, identity.start_time, ", late arrival" if late else "",
-                said, extra=journal,
+                "%s%s to pid %d (%s, start time %d%s%s): %s",
+                dry, name, identity.pid, process, identity.start_time, f", {words}" if words else "",
+                ", late arrival" if late else "", said, extra=journal,
             )  # fmt: skip
 
     def updated(self, record: DrainRecord) -> None:

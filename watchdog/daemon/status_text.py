@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from watchdog.core.workload import words_of
 from watchdog.store.drain_text import process_line, totals
 
 
@@ -88,7 +89,9 @@ def render(status: dict[str, Any]) -> str:
         for holder in holders:
             devices = " ".join(holder.get("devices", []))
             sigterm = f" (SIGTERM {holder['sigterm']})" if holder.get("sigterm") else ""
-            lines.append(f"             pid {holder.get('pid')} {holder.get('name')}: {devices}{sigterm}")
+            words = words_of(holder.get("workload"))
+            who = f"{holder.get('name')} [{words}]" if words else holder.get("name")
+            lines.append(f"             pid {holder.get('pid')} {who}: {devices}{sigterm}")
     for key, watch in sorted((status.get("metadata") or {}).items()):
         lines.append(f"metadata:    {_metadata_line(key, watch)}")
     state_file = status.get("state_file") or {}

@@ -160,6 +160,7 @@ class StatusView:
                     "name": h.name,
                     "devices": list(h.devices),
                     "sigterm": h.sigterm.value if h.sigterm else None,
+                    "workload": h.workload.to_dict(),
                 }
                 for h in self.holders
             ],

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from watchdog.core.clock import utc_text
 from watchdog.core.drain_record import INFERRED_DEATH, Death, DrainRecord, End, ProcessRecord, SignalResult
 from watchdog.core.process import ProcessIdentity
+from watchdog.core.workload import Workload
 from watchdog.store.records import SignalRecord
 
 ENTRY_VERSION = 1
@@ -183,7 +184,7 @@ def _from_record(
         proc.identity, proc.name, proc.uid, list(proc.devices), sent, not_sent, end,
         _offset(facts, ended_after), status.code if status else None,
         signal_name(status.signal) if status and status.signal else None, proc.late_arrival, detail,
-        proc.sigterm.value if proc.sigterm else None,
+        proc.sigterm.value if proc.sigterm else None, proc.workload,
     )  # fmt: skip
 
 
@@ -192,14 +193,14 @@ def _from_file(facts: DrainFacts, records: list[SignalRecord], end: str, detail:
     not_sent = {r.signal: r.result for r in records if r.result not in (None, "sent")}
     first = records[0]
     return _process(
-        first.identity, first.name, None, [], sent, not_sent, end, None, None, None, False, detail, None
-    )  # the state file does not keep the disposition
+        first.identity, first.name, None, [], sent, not_sent, end, None, None, None, False, detail, None, None
+    )  # the state file does not keep the disposition nor the workload
 
 
 def _process(
     identity: ProcessIdentity, name: str, uid: int | None, devices: list[str], sent: dict[str, float | None],
     not_sent: Mapping[str, str | None], end: str, ended_after: float | None, exit_status: int | None,
-    exit_signal: str | None, late: bool, detail: str | None, sigterm: str | None,
+    exit_signal: str | None, late: bool, detail: str | None, sigterm: str | None, workload: Workload | None,
 ) -> dict[str, object]:  # fmt: skip
     return {
         "pid": identity.pid,
@@ -217,6 +218,7 @@ def _process(
         "exit_signal": exit_signal,
         "late_arrival": late,
         "sigterm": sigterm,  # caught, ignored, default: as seen before the signal; null when not known
+        "workload": None if workload is None else workload.to_dict(),  # core/workload.py; null: not known
         "detail": detail,
     }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from watchdog.core.workload import words_of
 from watchdog.store.drain_entry import EXITED, KILLED, RELEASED, SIGTERM_DEATHS, STILL_RUNNING, UNKNOWN
 
 Entry = Mapping[str, object]
@@ -102,7 +103,13 @@ def process_line(proc: Mapping[str, object], *, dry_run: bool = False, live: boo
     late = " (late arrival)" if proc.get("late_arrival") else ""
     user, name = proc.get("user") or "?", proc.get("name") or "?"
     line = f"{proc.get('pid', '?')!s:>8} {name!s:<16} {user!s:<8} {verb}{signals:<26} {how}"
-    return line + late + (f": {detail}" if isinstance(detail, str) and detail else "")
+    words = words_of(proc.get("workload"))
+    return (
+        line
+        + late
+        + (f": {detail}" if isinstance(detail, str) and detail else "")
+        + (f" [{words}]" if words else "")
+    )
 
 
 def block(entry: Entry, *, state_drain_id: str | None = None) -> list[str]:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 
 from watchdog.core.clock import utc_time
+from watchdog.core.workload import Workload
 
 # Stable identifiers of the key messages (never change them: dashboards and alerts filter on them).
 MESSAGE_IDS = {
@@ -47,6 +48,18 @@ def fields(message: str | None = None, **values: object) -> dict[str, object]:
         extra["MESSAGE_ID"] = MESSAGE_IDS[message]
         extra[KIND] = message
     return extra
+
+
+def workload_fields(workload: Workload | None) -> dict[str, str]:
+    """For `fields()`: a process's workload in words (`workload`) and each of its known parts (`unit`,
+    `pod_name`, ...): TPU_WATCHDOG_POD_NAME=trainer-0 in the journal, `pod_name` in a JSON line."""
+    if workload is None:
+        return {}
+    known = {
+        name: value for name, value in workload.to_dict().items() if value is not None and name != "kind"
+    }
+    words = workload.describe()
+    return {"workload": words, **known} if words else {}
 
 
 class JsonLines(logging.Formatter):

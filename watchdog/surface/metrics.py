@@ -20,6 +20,7 @@ from watchdog.core.identity import LABELS as HOST_LABELS
 from watchdog.core.metadata_values import MaintenanceKind
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import FINISHED_OUTCOMES, WATCHED_KEYS, DaemonState, Output, SigtermDisposition
+from watchdog.core.workload import WorkloadKind
 from watchdog.surface.webhooks import FailureReason
 
 # The label values, from the enums and keys they show (tests/surface/test_metrics.py holds them to it).
@@ -29,6 +30,7 @@ SIGNALS = ("SIGTERM", "SIGKILL")
 OUTCOMES = tuple(outcome.value for outcome in FINISHED_OUTCOMES)
 ENDPOINTS = tuple(key.source for key in WATCHED_KEYS)
 DISPOSITIONS = tuple(disposition.value for disposition in SigtermDisposition)
+WORKLOAD_KINDS = tuple(kind.value for kind in WorkloadKind)  # never a pod, unit or container name
 WEBHOOK_FAILURES = tuple(reason.value for reason in FailureReason)
 OUTPUTS = tuple(output.value for output in Output)
 # Buckets reach past the 300 s maintenance grace, so a drain that needed SIGKILL shows in its own bucket.
@@ -88,6 +90,13 @@ class Metrics:
             "TPU holders at the last scan by what SIGTERM does to them now: caught (a handler runs), "
             "ignored (runs on until SIGKILL), default (dies at once, saving nothing).",
             ["disposition"],
+            registry=r,
+        )
+        self.holders_by_kind = Gauge(
+            "tpu_watchdog_device_holders_by_kind",
+            "TPU holders at the last scan by what they belong to: pod, container, systemd_unit, none "
+            "(docs/holder-identity.md; the names are in /status and the journal, never in a label).",
+            ["kind"],
             registry=r,
         )
         self.signals_sent = Counter(
@@ -204,6 +213,8 @@ class Metrics:
         for disposition in SigtermDisposition:
             count = sum(1 for h in holders if h.sigterm is disposition)
             self.holders_by_sigterm.labels(disposition.value).set(count)
+        for kind in WorkloadKind:
+            self.holders_by_kind.labels(kind.value).set(sum(1 for h in holders if h.workload.kind is kind))
 
     def set_maintenance_event(self, value: str) -> None:
         shown = value if value in MAINTENANCE_VALUES else MaintenanceKind.UNKNOWN.value

@@ -222,7 +222,8 @@ def has_stopped(box: Container, unit: str) -> bool:
 def test_drains_holders_of_another_user_through_the_sandbox(daemon: Container) -> None:
     """CAP_KILL, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH are enough and the syscall filter lets pidfds
     through: processes of uid 65534 holding the device, or the lock file in the host's /tmp, are found
-    and get SIGTERM; the event's hook runs inside the sandbox and may write the state dir."""
+    and get SIGTERM (the journal names each one's unit); the event's hook runs inside the sandbox and may
+    write the state dir."""
     holders = {"tpuwd-holder-device.service": f"{DEVICE_DIR}/accel0", "tpuwd-holder-lock.service": LOCK_FILE}
     pids = {start_holder(daemon, unit, path) for unit, path in holders.items()}
     fake(daemon, "PUT", "v1/instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
@@ -232,6 +233,7 @@ def test_drains_holders_of_another_user_through_the_sandbox(daemon: Container) -
     sent = journal(daemon, f"MESSAGE_ID={SIGNAL_SENT_ID}", f"_SYSTEMD_UNIT={UNIT}")
     signalled = {(entry["TPU_WATCHDOG_PID"], entry["TPU_WATCHDOG_SIGNAL"]) for entry in sent}
     assert signalled == {(pid, "SIGTERM") for pid in pids}  # the holders, and nothing else in there
+    assert {entry["TPU_WATCHDOG_UNIT"] for entry in sent} == set(holders)  # each named by its unit
     hook = wait_for(lambda: daemon.run("cat", HOOK_MARK, check=False).stdout, 20, 0.1, "the hook's file")
     assert hook.strip() == "maintenance-event=TERMINATE_ON_HOST_MAINTENANCE"
 
