@@ -139,7 +139,7 @@ def test_deadline_kills_what_still_holds_then_waits_for_it() -> None:
     assert c.record.processes[C.identity].late_arrival
     assert c.phase is Phase.KILLING
     sent_all(c, actions, T0 + GRACE)
-    assert not c.wants_scan(T0 + GRACE + 1)
+    assert c.wants_scan(T0 + GRACE + 1)  # rescans go on while killing (tests/core/test_drain_newcomers.py)
     c.observe_exit(A.identity, ExitStatus(signal=9), T0 + GRACE + 0.1)
     c.observe_exit(C.identity, ExitStatus(signal=9), T0 + GRACE + 0.1)
     assert c.record.outcome is Outcome.TIMED_OUT
@@ -150,7 +150,9 @@ def test_deadline_kills_what_still_holds_then_waits_for_it() -> None:
 def test_kill_wait_is_bounded() -> None:
     c = started(A)
     sent_all(c, c.observe_scan([A], running=(), now=T0 + GRACE), T0 + GRACE)
-    assert c.timeout(T0 + GRACE + 4) == pytest.approx(6)
+    assert c.timeout(T0 + GRACE + 0.5) == pytest.approx(0.5)  # the next rescan comes first
+    assert c.observe_scan([A], running=(), now=T0 + GRACE + 9.5) == []  # A dying: killed once, not again
+    assert c.timeout(T0 + GRACE + 9.6) == pytest.approx(0.4)  # then the end of the kill wait
     c.observe_time(T0 + GRACE + 9.9)
     assert not c.done
     c.observe_time(T0 + GRACE + 10)

@@ -1,11 +1,11 @@
-"""The drain state machine with newcomers: late arrivals after the first wave keep the drain's deadline, and
-after a restart newcomers are held back (never signalled, the drain kept open) until the event is
-confirmed."""
+"""The drain state machine with newcomers: late arrivals after the first wave keep the drain's deadline (one
+found while SIGKILL's targets die gets both signals at once), and after a restart newcomers are held back
+(never signalled, the drain kept open) until the event is confirmed."""
 
 from __future__ import annotations
 
-from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, core, started
-from watchdog.core.drain import DrainCore, ExitStatus, Outcome, SendSignal
+from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, C, core, sent_all, started
+from watchdog.core.drain import DrainCore, ExitStatus, Outcome, Phase, SendSignal
 
 
 def test_a_newcomer_after_the_first_wave_is_a_late_arrival_with_the_same_deadline() -> None:
@@ -69,3 +69,28 @@ def test_a_sigterm_possibly_sent_is_not_sent_again_once_admitted() -> None:
     c = core(A, already_signalled={A.identity: {TERM}}, possibly_signalled={A.identity})
     assert c.start(admit_new=True) == []
     assert A.identity in c.record.pending()
+
+
+def test_a_newcomer_while_killing_gets_sigterm_and_sigkill_in_one_wave() -> None:
+    c = started(A)
+    sent_all(c, c.observe_scan([A], running=(), now=T0 + GRACE), T0 + GRACE)  # A: SIGKILL, still dying
+    assert c.phase is Phase.KILLING
+    assert c.wants_scan(T0 + GRACE + 1)
+    actions = c.observe_scan([A, B], running=(), now=T0 + GRACE + 9)
+    assert actions == [SendSignal(B.identity, TERM), SendSignal(B.identity, KILL)]  # A is not killed twice
+    assert c.record.processes[B.identity].late_arrival
+    sent_all(c, actions, T0 + GRACE + 9)
+    c.observe_time(T0 + GRACE + 12)
+    assert not c.done, "the kill wait runs from the newcomer's SIGKILL"
+    c.observe_exit(A.identity, ExitStatus(signal=9), T0 + GRACE + 12)
+    c.observe_exit(B.identity, ExitStatus(signal=9), T0 + GRACE + 12)
+    assert c.record.outcome is Outcome.TIMED_OUT
+
+
+def test_while_killing_a_newcomer_held_back_is_never_signalled() -> None:
+    c = core(A, already_signalled={A.identity: {TERM}})
+    c.start(admit_new=False)
+    assert c.observe_scan([A], running=(), now=T0 + GRACE, admit_new=False) == [SendSignal(A.identity, KILL)]
+    sent_all(c, [SendSignal(A.identity, KILL)], T0 + GRACE)
+    assert c.observe_scan([A, C], running=(), now=T0 + GRACE + 1, admit_new=False) == []
+    assert C.identity not in c.record.processes

@@ -17,12 +17,13 @@ import pytest
 from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
-from watchdog.core.drain_record import DrainRecord, End, SignalResult
+from watchdog.core.drain_record import DrainRecord, End, ExitStatus, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Outcome
 from watchdog.daemon.drain import DrainListener, DrainPlan, run_drain
+from watchdog.host.exits import PidfdExitWaiter
 from watchdog.host.procfs import start_time
-from watchdog.host.signals import PidfdSignaller
+from watchdog.host.signals import PidfdSignaller, ProcessHandles
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
 
@@ -145,6 +146,48 @@ def test_a_holder_that_appears_mid_drain_is_sigtermed_too(workloads: Workloads) 
     assert record.processes[newcomer.identity].late_arrival
     assert not record.processes[first.identity].late_arrival
     assert str(record.processes[first.identity].exit_status) == "exited 0"
+
+
+class SlowToDie(PidfdExitWaiter):
+    """The real exit waiter, which reports one process's exit only once the test says so: a SIGKILLed TPU
+    job can take seconds to die (its driver's teardown), which a test child cannot be made to do."""
+
+    def __init__(self, handles: ProcessHandles, slow: ProcessIdentity) -> None:
+        super().__init__(handles)
+        self.slow, self.dead = slow, threading.Event()
+        self.held: list[tuple[ProcessIdentity, ExitStatus]] = []
+
+    def wait(self, timeout: float) -> list[tuple[ProcessIdentity, ExitStatus]]:
+        exited = super().wait(timeout) + self.held
+        self.held = [e for e in exited if e[0] == self.slow and not self.dead.is_set()]
+        return [e for e in exited if e not in self.held]
+
+
+def test_a_process_that_opens_a_device_while_the_killed_die_gets_sigterm_and_sigkill(
+    workloads: Workloads,
+) -> None:
+    stubborn = workloads.start("ignore")
+    scanner, live = scanner_for(workloads), Live()
+    handles = ProcessHandles()
+    exits = SlowToDie(handles, stubborn.identity)
+    plan = DrainPlan(grace=0.5, rescan_interval=0.1, kill_wait=60)
+    pool, future = in_thread(
+        scanner.scan().holders, plan, scanner=scanner, listener=live, signaller=PidfdSignaller(handles),
+        exits=exits,
+    )  # fmt: skip
+    with pool:
+        wait_for(lambda: ("sent", stubborn.identity, KILL) in live.calls, timeout=30, what="the SIGKILL")
+        newcomer = workloads.start("report")  # opens the device in the KILLING phase
+        wait_for(lambda: ("sent", newcomer.identity, KILL) in live.calls, timeout=30, what="its SIGKILL")
+        assert newcomer.popen.wait(timeout=10) == -KILL
+        exits.dead.set()
+        record = future.result(timeout=60)
+    handles.close()
+    assert live.calls.index(("sent", newcomer.identity, TERM)) < live.calls.index(
+        ("sent", newcomer.identity, KILL)
+    )
+    assert record.outcome is Outcome.TIMED_OUT, record.summary()
+    assert record.processes[newcomer.identity].late_arrival
 
 
 def test_a_holder_whose_identity_changed_is_never_signalled(workloads: Workloads) -> None:

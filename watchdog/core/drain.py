@@ -5,12 +5,13 @@ answers with actions (`SendSignal`) for the edge (`watchdog/daemon/drain.py`) to
 the record. No I/O and no clock reads, so every transition is tested without processes or waiting.
 
 Phases: WAITING (holders got SIGTERM; wait for them to exit, rescanning for newcomers), then at the deadline
-either KILLING (SIGKILL what still holds a device, wait a bounded time for it to vanish) or straight to DONE
-(on_timeout="leave"). Times are monotonic seconds of the caller's clock.
+either KILLING (SIGKILL what still holds a device, wait a bounded time for it to vanish, rescanning still) or
+straight to DONE (on_timeout="leave"). Times are monotonic seconds of the caller's clock.
 
 Newcomers (a process that opens a device after the first wave: a job supervisor restarting the job) get
-their one SIGTERM when a scan finds them, and SIGKILL at the same deadline; one found after the deadline gets
-SIGTERM and, on "kill", SIGKILL in the same wave (what still holds a device at the deadline is killed). The
+their one SIGTERM when a scan finds them, and SIGKILL at the same deadline; one found after the deadline
+(the KILLING phase included: rescans go on while SIGKILL's targets die) gets SIGTERM and, on "kill", SIGKILL
+in the same wave (what still holds a device at the deadline is killed). The
 edge may hold newcomers back (`admit_new=False`: after a restart, until the metadata server confirms the event
 is still on): they are not signalled, and the drain waits for them while the deadline is ahead.
 
@@ -178,7 +179,9 @@ class DrainCore:
         self._settle(now)
 
     def wants_scan(self, now: float) -> bool:
-        """True when a rescan is due: every `rescan_interval`, and once at the deadline."""
+        """True when a rescan is due: every `rescan_interval` (killing too), and once at the deadline."""
+        if self.phase is Phase.KILLING:
+            return now >= self._last_scan + self._rescan_interval
         if self.phase is not Phase.WAITING:
             return False
         if self._awaiting_scan:
@@ -192,7 +195,7 @@ class DrainCore:
         elif self.phase is Phase.WAITING:
             due = min(self._last_scan + self._rescan_interval, self.record.deadline)
         elif self.phase is Phase.KILLING and self._kill_deadline is not None:
-            due = self._kill_deadline
+            due = min(self._kill_deadline, self._last_scan + self._rescan_interval)
         else:
             return 0.0
         return max(0.0, due - now)
@@ -207,6 +210,8 @@ class DrainCore:
         """A rescan: `holders` now holding a device (None: the scan failed), and `running`: pending
         processes missing from the scan that are confirmed alive and not exiting: they released the device.
         `admit_new=False` holds back holders no run of the daemon has signalled yet."""
+        if self.phase is Phase.KILLING:
+            return self._scan_while_killing(holders or (), now, admit_new)
         if self.phase is not Phase.WAITING:
             return []
         self._last_scan = now
@@ -230,9 +235,7 @@ class DrainCore:
                 if action is not None:
                     actions.append(action)
             elif proc.end is End.RELEASED:
-                proc.end, proc.ended_at = None, None
-                self._pending[h.identity] = None
-                self.record.notes.append(f"{h.identity} {h.name} opened a device again after releasing it")
+                self._reopened(proc)
         if holders is not None:
             for identity in list(self._pending):
                 if identity not in seen and identity in running:
@@ -319,6 +322,30 @@ class DrainCore:
         if self.record.dry_run:
             self._finish(Outcome.TIMED_OUT, now)  # nothing was signalled, nothing will exit: no kill wait
         return [SendSignal(i, signal.SIGKILL) for i in targets]
+
+    def _scan_while_killing(self, holders: Sequence[Holder], now: float, admit_new: bool) -> list[SendSignal]:
+        """Past the deadline, SIGKILL sent: a newcomer (or a process that released a device and opened it
+        again) gets its SIGTERM and SIGKILL in one wave, and the kill wait runs from that SIGKILL."""
+        self._last_scan = now
+        actions: list[SendSignal] = []
+        for h in holders:
+            proc = self.record.processes.get(h.identity)
+            if proc is None and not self._waits(h.identity, admit_new):
+                action = self._track(h, now, late=True)
+                actions += [action] if action is not None else []
+            elif proc is not None and proc.end is End.RELEASED:
+                self._reopened(proc)
+        kills = [h.identity for h in holders if h.identity in self._pending]
+        kills = [i for i in kills if not self.record.processes[i].killed]
+        if kills:
+            self._kill_deadline = max(self._kill_deadline or now, now + self._kill_wait)
+        return actions + [SendSignal(i, signal.SIGKILL) for i in kills]
+
+    def _reopened(self, proc: ProcessRecord) -> None:
+        """A process that released its device holds one again: waited for again."""
+        proc.end, proc.ended_at = None, None
+        self._pending[proc.identity] = None
+        self.record.notes.append(f"{proc.identity} {proc.name} opened a device again after releasing it")
 
     def _end(self, proc: ProcessRecord, end: End, now: float, status: ExitStatus | None = None) -> None:
         proc.end, proc.ended_at, proc.exit_status = end, now, status
