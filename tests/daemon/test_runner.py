@@ -20,10 +20,12 @@ from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
 
 
-def runner_for(workloads: Workloads, state_dir: Path) -> tuple[DrainRunner, queue.Queue[DrainRecord | None]]:
+def runner_for(
+    workloads: Workloads, state_dir: Path, store: StateStore | None = None
+) -> tuple[DrainRunner, queue.Queue[DrainRecord | None]]:
     done: queue.Queue[DrainRecord | None] = queue.Queue()
     config = dataclasses.replace(default_config(), devices=(str(workloads.device),), state_dir=str(state_dir))
-    store = StateStore(str(state_dir))
+    store = store or StateStore(str(state_dir))
     metrics = Metrics()
     runner = DrainRunner(
         config, scanner=OwnScanner(workloads), store=store, metrics=metrics, clock=SystemClock(),

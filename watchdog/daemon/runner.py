@@ -2,7 +2,8 @@
 
 The loop thread decides (the lifecycle); this runs what it decided and reports back through `done`. It is
 the drain's `DrainListener`: each wave of signals is written ahead to the state file, after the drain's own
-state is on disk, and each signal is logged with the process, the drain and the events it serves.
+state is on disk (through `StateWriter`: a stuck disk holds a wave back at most `WRITE_AHEAD_WAIT`), and
+each signal is logged with the process, the drain and the events it serves.
 
 A drain starts from the warm holder index (`indexed`: the holders of the loop's last scan, refreshed while
 idle): each is re-checked from its own /proc entries (same process, still holding a device) by the loop
@@ -29,6 +30,7 @@ from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import DaemonState, Output
 from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
 from watchdog.daemon.outputs import Outputs
+from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
 from watchdog.store.statefile import StateStore
 from watchdog.surface.logs import fields, workload_fields
 from watchdog.surface.metrics import Metrics
@@ -76,7 +78,8 @@ class DrainRunner(DrainListener):
         self.config, self.scanner, self.store, self.metrics = config, scanner, store, metrics
         self.outputs = outputs
         self.clock, self.stop = clock, stop
-        self._done, self._published, self._persistence_changed = done, published, persistence_changed
+        self._done, self._published = done, published
+        self.writer = StateWriter(store, persistence_changed)  # the waves' writes, off the signal path
         self.cancel = threading.Event()
         self.persisted = threading.Event()  # set once the current drain's own state is on disk
         self.thread: threading.Thread | None = None
@@ -132,6 +135,9 @@ class DrainRunner(DrainListener):
             with self.outputs.guarded(Output.LOG):
                 log.exception("the drain failed; starting it again with the same deadline")
         finally:
+            if not self.writer.flush(PERSIST_WAIT):  # the loop's next write comes after the drain's
+                with self.outputs.guarded(Output.LOG):
+                    log.error("the drain's state-file writes are not done after %.0f s", PERSIST_WAIT)
             self._done(record)
 
     def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
@@ -180,14 +186,14 @@ class DrainRunner(DrainListener):
         if not self.persisted.wait(timeout=PERSIST_WAIT):
             with self.outputs.guarded(Output.LOG):
                 log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
-        self.store.record_intents([(i, signum, _name(record, i)) for i, signum in intents])
-        self._persistence_changed()
+        if not self.writer.intents([(i, signum, _name(record, i)) for i, signum in intents]):
+            with self.outputs.guarded(Output.LOG):
+                log.error("the state file was not written within %.1f s; signalling anyway", WRITE_AHEAD_WAIT)
 
     def after_signals(
         self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
     ) -> None:
-        self.store.record_sents([(i, signum, result.value) for i, signum, result in sent])
-        self._persistence_changed()
+        self.writer.sents([(i, signum, result.value) for i, signum, result in sent])
         for identity, signum, result in sent:
             self._said_sent(identity, signum, result, record)
 

@@ -26,6 +26,7 @@ from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, OnTimeout
+from watchdog.store.files import link_unique, read_regular, unlink_quietly
 from watchdog.store.records import SavedState, SignalRecord, StateFormatError, plain, signal_name
 
 STATE_FILE = "state.json"
@@ -102,8 +103,16 @@ class StateStore:
     the drain goes on, because missing a checkpoint is worse than a possible second SIGTERM after a crash.
     """
 
-    def __init__(self, state_dir: str, *, boot_id: str | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: str,
+        *,
+        boot_id: str | None = None,
+        clock: Clock | None = None,
+        fsync: Callable[[int], None] = os.fsync,
+    ) -> None:
         self.dir = os.path.abspath(state_dir)
+        self._fsync = fsync  # injected: a test's stuck disk (tests/daemon/test_writeahead.py)
         self.path = os.path.join(self.dir, STATE_FILE)
         self.boot_id = read_boot_id() if boot_id is None else boot_id
         self.clock: Clock = clock or SystemClock()
@@ -138,8 +147,8 @@ class StateStore:
         first SIGTERM. `written` is called once that write is in place, before its fsyncs: the drain may
         signal then, because what is in the page cache is all a restarted daemon can read anyway (a crash of
         the daemon keeps it), and what only a crash of the host loses names processes that died with it (a
-        file of another boot is set aside at load). The fsyncs (up to 460 ms on this VM's ext4 when other
-        writes are pending, median 1.8 ms) so come after the first SIGTERM, not before it."""
+        file of another boot is set aside at load). The fsyncs (median 1.8 ms, but hundreds of ms when ext4
+        has other writes to commit: docs/benchmarks.md) so come after the first SIGTERM."""
         saved_events = tuple(replace(e, confirmed=False) for e in events)  # as a reload gives them back
         saved_drain = (
             None if drain is None else replace(drain, event_ids=list(drain.event_ids), cancelling=False)
@@ -170,18 +179,25 @@ class StateStore:
         assert record is not None  # noqa: S101 - just recorded (in memory even if the write failed)
         return record
 
-    def record_intents(self, intents: Iterable[tuple[ProcessIdentity, int | str, str]]) -> None:
+    def record_intents(
+        self,
+        intents: Iterable[tuple[ProcessIdentity, int | str, str]],
+        written: Callable[[], None] | None = None,
+    ) -> None:
         """Several intents (identity, signal, process name) in one write, all on disk before any is sent:
         a drain's first wave to many holders costs one fsync, not one per holder. Intents all on file
         already (a first wave, saved with its drain) cost nothing: not even a wait for the lock, which that
-        write holds while it is made durable (`save_lifecycle`'s `written`)."""
+        write holds while it is made durable (`save_lifecycle`'s `written`). `written`, as there: called
+        once the file is in place (or nothing needed writing), before its fsyncs."""
         intents = list(intents)
-        if all(self._state.find(identity, signal) is not None for identity, signal, _ in intents):
-            return
-        with self._lock:
-            state = _with_intents(self._state, intents, self.clock.wall())
-            if state is not self._state:
-                self._write(state)
+        if not all(self._state.find(identity, signal) is not None for identity, signal, _ in intents):
+            with self._lock:
+                state = _with_intents(self._state, intents, self.clock.wall())
+                if state is not self._state:
+                    self._write(state, written)
+                    return
+        if written is not None:
+            written()
 
     def record_sent(self, identity: ProcessIdentity, signal: int | str, result: str) -> SignalRecord:
         """After the signal: when it went and how (a SignalResult value such as "sent" or "gone")."""
@@ -254,7 +270,7 @@ class StateStore:
         pattern = glob.escape(os.path.join(self.dir, f".{STATE_FILE}.")) + "*.tmp"
         leftovers = glob.glob(pattern) + glob.glob(glob.escape(os.path.join(self.dir, ".probe-")) + "*")
         for path in leftovers:
-            _unlink_quietly(path)
+            unlink_quietly(path)
         if leftovers:
             log.info("state: removed %d temporary file(s) left by an interrupted write", len(leftovers))
 
@@ -271,13 +287,13 @@ class StateStore:
                 handle.write(data)
                 handle.flush()
                 if not notify:
-                    os.fsync(handle.fileno())
+                    self._fsync(handle.fileno())
                 os.replace(temp, self.path)
                 temp, self._state = "", state
                 if notify:
                     notify.pop()()
-                    os.fsync(handle.fileno())
-            _fsync_dir(self.dir)
+                    self._fsync(handle.fileno())
+            self._fsync_dir()
         except OSError as error:
             self._state = state
             while notify:
@@ -287,16 +303,23 @@ class StateStore:
                 log.debug("state: cannot write %s (%s): the state lives in memory only", self.path, error)
             self.write_error = error
             if temp:
-                _unlink_quietly(temp)
+                unlink_quietly(temp)
             return
         if self.write_error is not None:
             log.debug("state: %s written again", self.path)
         self.write_error = None
 
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self._fsync(fd)
+        finally:
+            os.close(fd)
+
     def _load(self) -> SavedState:
         clean = SavedState(self.boot_id)
         try:
-            raw = _read_regular(self.path, MAX_BYTES + 1)
+            raw = read_regular(self.path, MAX_BYTES + 1)
         except FileNotFoundError:
             return clean
         except OSError as error:
@@ -333,46 +356,14 @@ class StateStore:
             "%Y%m%dT%H%M%S.%fZ"
         )
         try:
-            target = _link_unique(self.path, f"{self.path}.{kind}-{stamp}")
+            target = link_unique(self.path, f"{self.path}.{kind}-{stamp}")
             os.unlink(self.path)
         except OSError as error:
             log.error("state: %s is %s (%s) and cannot be moved aside (%s)", self.path, kind, reason, error)
             return
         log.warning("state: %s is %s (%s): moved to %s; starting clean", self.path, kind, reason, target)
         for old in sorted(glob.glob(glob.escape(self.path) + f".{kind}-*"))[:-KEEP_SET_ASIDE]:
-            _unlink_quietly(old)
-
-
-def _link_unique(source: str, target: str) -> str:
-    """Hard-link `source` as `target` (or `target-N` if taken): never overwrites an earlier one."""
-    for n in range(1000):
-        candidate = target if n == 0 else f"{target}-{n}"
-        try:
-            os.link(source, candidate, follow_symlinks=False)  # a planted symlink is moved, not its target
-        except FileExistsError:
-            continue
-        return candidate
-    raise FileExistsError(errno.EEXIST, "no free name", target)
-
-
-def _read_regular(path: str, limit: int) -> bytes:
-    """Up to `limit` bytes of a regular file, never through a symlink (ELOOP) and never blocking on a
-    planted FIFO or device: the state directory is ours, anything else in it is not trusted."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        chunks: list[bytes] = []
-        size = 0
-        while size < limit:
-            chunk = os.read(fd, limit - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+            unlink_quietly(old)
 
 
 def _with_intents(
@@ -383,16 +374,3 @@ def _with_intents(
         if state.find(identity, signal) is None:
             state = state.with_signal(SignalRecord(identity, name, signal_name(signal), now))
     return state
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)

@@ -1,0 +1,87 @@
+"""A drain's writes to the state file, in a thread of their own: a stuck disk never holds a signal back.
+
+A wave's intents (`intents`) are written ahead: the wave waits until the new file is in place (renamed into
+the state directory, in the page cache), at most `WRITE_AHEAD_WAIT`, and the fsyncs follow in this thread.
+What became of the signals (`sents`) is queued and never waited for. One thread and one queue: the writes
+keep their order. The thread runs while there is something to write, so an idle daemon has none.
+
+What a stuck disk costs: a file in the page cache only is lost with the host if the host dies, and so are
+the processes it names (a state file of another boot is set aside). Past the bound the wave goes out with
+its intents still queued: if the daemon itself dies before they are written, the restarted daemon does not
+know of those signals, and a process may get a second SIGTERM (a second SIGKILL is harmless).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from watchdog.core.process import ProcessIdentity
+from watchdog.store.statefile import StateStore
+
+log = logging.getLogger("tpu-watchdog")
+
+WRITE_AHEAD_WAIT = 0.5  # s a wave waits for its intents to be in place before it goes out anyway
+
+
+class StateWriter:
+    """Writes a drain's intents and results to `store` in order, calling `changed()` after each write."""
+
+    def __init__(self, store: StateStore, changed: Callable[[], None]) -> None:
+        self._store, self._changed = store, changed
+        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def intents(
+        self, intents: Sequence[tuple[ProcessIdentity, int, str]], wait: float = WRITE_AHEAD_WAIT
+    ) -> bool:
+        """Write `intents` (identity, signal, name) ahead; True once the file is in place, False when
+        `wait` s passed first (the write goes on in the thread)."""
+        written = threading.Event()
+
+        def job() -> None:
+            try:
+                self._store.record_intents(intents, written=written.set)
+            finally:
+                written.set()
+
+        self._submit(job)
+        return written.wait(wait)
+
+    def sents(self, sent: Sequence[tuple[ProcessIdentity, int, str]]) -> None:
+        """Queue what became of a wave's signals (identity, signal, SignalResult value)."""
+        self._submit(lambda: self._store.record_sents(sent))
+
+    def flush(self, wait: float) -> bool:
+        """Wait until everything queued so far is written (at most `wait` s); True if it was."""
+        done = threading.Event()
+        self._submit(done.set)
+        return done.wait(wait)
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._jobs.append(job)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="state-writer", daemon=True).start()
+
+    def _run(self) -> None:
+        while (job := self._next()) is not None:
+            try:
+                job()
+                self._changed()
+            except Exception:  # a failed write must not stop the ones after it
+                with contextlib.suppress(Exception):  # nor a failing log line
+                    log.exception("writing the state file failed")
+
+    def _next(self) -> Callable[[], None] | None:
+        """The next job, or None when there is none left (the thread then ends)."""
+        with self._lock:
+            if self._jobs:
+                return self._jobs.popleft()
+            self._running = False
+            return None
