@@ -7,7 +7,9 @@ pod's service account mount, its environment, the kubelet's own files.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from watchdog.host.holders import HolderScanner
 from watchdog.host.workload import KUBELET_PODS, POD_LOGS, SERVICE_ACCOUNT_NAMESPACE, WorkloadReader
 
 UID = "8d3f5c2a-1b4e-4c6d-9e8f-0a1b2c3d4e5f"
+REPO = Path(__file__).resolve().parents[2]
 ID = "4f1c2e6a8b9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091"
 POD_CGROUP = (
     f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
@@ -162,3 +165,41 @@ def test_a_real_process_in_a_kubelet_cgroup_is_seen_as_its_pod(
         }  # fmt: skip
         proc.kill()
         proc.wait(timeout=20)
+
+
+READER = "import json, sys; from watchdog.host.workload import WorkloadReader; "
+READER += "pid = int(sys.argv[1]); raw = open(f'/proc/{pid}/cgroup').read(); "
+READER += "print(json.dumps([raw, WorkloadReader().read(pid).to_dict()]))"
+
+
+def test_a_reader_in_a_cgroup_namespace_of_its_own_still_sees_the_pod(
+    holder: tuple[subprocess.Popen[str], UniqueDevice],
+) -> None:
+    """A daemon in a container with a private cgroup namespace reads other cgroups' paths relative to its own
+    (`0::/../kubepods.slice/...`): the pod, the container and the unit are still told."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
+    proc, _ = holder
+    with KubepodsCgroup() as cgroup:
+        cgroup.enter(proc.pid)
+        own = cgroup.top / "daemon"
+        own.mkdir()
+        try:
+            join = f'echo $$ > "{own}/cgroup.procs"; exec unshare --cgroup "$@"'
+            done = subprocess.run(
+                ["/bin/sh", "-c", join, "sh", sys.executable, "-c", READER, str(proc.pid)],
+                capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+            )  # fmt: skip
+        finally:
+            own.rmdir()
+        proc.kill()
+        proc.wait(timeout=20)
+    assert done.returncode == 0, done.stderr
+    raw, seen = json.loads(done.stdout)
+    assert "\n0::/../kubepods.slice/kubepods-burstable.slice/" in f"\n{raw}"  # relative to the reader's own
+    assert (seen["kind"], seen["pod_uid"], seen["container_id"]) == (
+        "pod",
+        cgroup.pod_uid,
+        cgroup.container_id,
+    )
+    assert (seen["runtime"], seen["unit"]) == ("containerd", f"cri-containerd-{cgroup.container_id}.scope")

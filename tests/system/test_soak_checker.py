@@ -284,6 +284,7 @@ def test_the_daemon_log_parser_reads_json_and_text_lines() -> None:
         f"{stamp} WARNING event started: preempted = TRUE (id preempted:TRUE@1)",
         f"{stamp} ERROR internal error in _handle: the daemon carries on",
         "Traceback (most recent call last):",
+        f"{stamp} WARNING SIGTERM to pid 9 (python, start time 44, unit train.service, late arrival): sent",
     ]
     parsed = parse_daemon_log("\n".join([json_line, *text]), instance=3)
     first = parsed[0]
@@ -306,6 +307,8 @@ def test_the_daemon_log_parser_reads_json_and_text_lines() -> None:
         T0,
         "Traceback (most recent call last):",
     )
+    named = parsed[5]  # a holder's workload (docs/holder-identity.md) and a late arrival after its start time
+    assert (named.kind, named.get("pid"), named.get("start_time")) == ("signal_sent", 9, 44)
 
 
 def test_the_holder_log_parser_applies_each_line_to_its_holder() -> None:
