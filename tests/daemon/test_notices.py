@@ -15,6 +15,7 @@ from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome
+from watchdog.core.workload import Workload
 from watchdog.daemon import notices
 from watchdog.daemon.notices import Notices
 from watchdog.surface.webhooks import FailureReason, WebhookSender
@@ -77,6 +78,22 @@ def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
         (9, ["SIGTERM"], "released", None),
     ]
     assert body["text"].endswith("; killed: pid 8 (stuck)")
+
+
+def test_who_was_killed_names_each_one_s_pod_or_unit() -> None:
+    record = DrainRecord(started=100.0, started_wall=1_800_000_000.0, deadline=130.0, on_timeout="kill",
+                         dry_run=False, outcome=Outcome.TIMED_OUT, ended=131.0)  # fmt: skip
+    pod = Workload(pod_uid="8d3f5c2a-1b4e-4c6d-9e8f-0a1b2c3d4e5f", pod_namespace="ml", pod_name="trainer-0")
+    for pid, workload in [(8, pod), (9, Workload(unit="train.service")), (10, None)]:
+        identity = ProcessIdentity(pid, 1000 + pid)
+        killed = [SentSignal(signal.SIGKILL, 130.0, SignalResult.SENT)]
+        record.processes[identity] = ProcessRecord(
+            identity, "python3", ("/dev/accel0",), 100.0, killed, End.EXITED, 131.0, workload=workload
+        )
+    assert notices.who_was_killed(record) == (
+        "pid 8 (python3, pod ml/trainer-0), pid 9 (python3, unit train.service), pid 10 (python3)"
+    )
+    assert notices.process_summary(record.processes[ProcessIdentity(8, 1008)])["workload"] == pod.to_dict()
 
 
 def test_a_replaced_sender_gives_up_within_its_time_and_says_why(

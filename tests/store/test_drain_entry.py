@@ -9,6 +9,7 @@ from watchdog.core.clock import parse_utc_text
 from watchdog.core.drain_record import DrainRecord, End, ExitStatus, ProcessRecord, SentSignal, SignalResult
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome
+from watchdog.core.workload import Workload
 from watchdog.store.drain_entry import (
     NO_HANDLER,
     DrainFacts,
@@ -146,3 +147,16 @@ def test_a_real_time_signal_the_enum_lacks_is_named_by_its_number() -> None:
     rec = record()
     rec.processes[A].exit_status = ExitStatus(signal=40)  # SIGRTMIN+6: no name in signal.Signals
     assert by_pid(entry_from_record(FACTS, rec))[101]["exit_signal"] == "signal 40"
+
+
+def test_each_process_keeps_its_workload_and_one_known_only_from_the_state_file_has_none() -> None:
+    rec = record()
+    pod = Workload(pod_uid="8d3f5c2a-1b4e-4c6d-9e8f-0a1b2c3d4e5f", pod_namespace="ml", pod_name="trainer-0")
+    rec.processes[A].workload = pod
+    on_file = [
+        SignalRecord(ProcessIdentity(104, 14), "gone-job", "SIGTERM", START + 0.5, START + 0.7, "sent")
+    ]
+    found = by_pid(entry_from_record(FACTS, rec, on_file, alive=lambda _: False))
+    assert found[101]["workload"] == pod.to_dict()
+    assert Workload.from_dict(found[101]["workload"]) == pod  # what the history reads back
+    assert (found[102]["workload"], found[104]["workload"]) == (None, None)  # not known
