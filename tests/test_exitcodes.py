@@ -12,10 +12,10 @@ REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 MAN = (REPO / "packaging" / "deb" / "tpu-watchdog.1").read_text()
 
-# What `run` can end with, as systemd sees it (RestartPreventExitStatus, Restart=).
+# What `run` can end with, as systemd sees it (RestartPreventExitStatus, Restart=); never "cannot listen":
+# a listen address it cannot bind is retried while the daemon protects the host.
 RUN = {
     exitcodes.EXIT_OK: "stopped cleanly",
-    exitcodes.EXIT_CANNOT_LISTEN: "cannot listen",
     exitcodes.EXIT_CANTCREAT: "unusable state dir",
     exitcodes.EXIT_LOCKED: "another daemon holds the state dir",
     exitcodes.EXIT_CONFIG: "configuration error",

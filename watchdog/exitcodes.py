@@ -7,7 +7,7 @@ command found, for scripts to test; their meaning is per command.
 """
 
 EXIT_OK = 0
-EXIT_CANNOT_LISTEN = 1  # run, fake-metadata: the listen address cannot be bound
+EXIT_CANNOT_LISTEN = 1  # fake-metadata: the listen address cannot be bound (run binds again later instead)
 EXIT_USAGE = 2  # a bad command line
 EXIT_CANTCREAT = 73  # run: the state directory is unusable
 EXIT_LOCKED = 75  # run (EX_TEMPFAIL): another daemon holds the state directory; systemd's Restart= retries

@@ -8,6 +8,7 @@ The daemon runs in a private PID namespace with its one holder, so it can never 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,22 +22,14 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = r"""
 import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
+from tests.support.sdnotify import NotifySocket
 from tests.support.workloads import Child, make_device
 from watchdog.fake.server import FakeMetadataServer
 
 tmp = Path(sys.argv[1])
 device = make_device(tmp)
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-sock.bind(str(tmp / "notify"))
-sock.settimeout(30)
-messages = []
-
-def until(text):
-    while True:
-        message = sock.recv(4096).decode()
-        messages.append([time.monotonic(), message])
-        if text in message:
-            return message
+systemd = NotifySocket(tmp / "notify")
+until = systemd.until
 
 report = {}
 with FakeMetadataServer(listen="127.0.0.1:0") as fake:
@@ -68,7 +61,7 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
         report["daemon_exit"] = daemon.wait(timeout=10)
         report["stop_seconds"] = time.monotonic() - asked
     child.close()
-pings = [t for t, m in messages if m == "WATCHDOG=1"]
+pings = [t for t, m in systemd.messages if m == "WATCHDOG=1"]
 report["pings"] = len(pings)
 report["max_ping_gap"] = max((b - a for a, b in zip(pings, pings[1:])), default=0.0)
 report["log"] = (tmp / "daemon.log").read_text()
@@ -169,3 +162,80 @@ def test_a_stop_while_starting_is_a_clean_exit_not_a_death_by_sigterm(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert "stopped during start-up" in done.stderr
     assert "started" not in done.stderr.replace("stopped during start-up", "")
+
+
+DRIVER_TAKEN_PORT = r"""
+import json, os, signal, socket, subprocess, sys, time, urllib.request
+from pathlib import Path
+from tests.support.sdnotify import NotifySocket
+from tests.support.waiting import wait_for
+from tests.support.workloads import Child, make_device
+from watchdog.fake.server import FakeMetadataServer
+
+tmp = Path(sys.argv[1])
+device = make_device(tmp)
+until = NotifySocket(tmp / "notify").until
+
+def get(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
+            return answer.read().decode()
+    except OSError:
+        return None
+
+report = {}
+with FakeMetadataServer(listen="127.0.0.1:0") as fake:
+    taken = socket.socket()  # another process's listener on the daemon's port
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    child = Child("handled", device)
+    child.wait_ready()
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp / "notify"))
+    with open(tmp / "daemon.log", "w") as log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "watchdog", "run", "--config", str(tmp / "empty.toml"),
+             "--metadata-host", fake.address, "--device", str(device), "--state-dir", str(tmp / "state"),
+             "--listen", f"127.0.0.1:{port}", "--metadata-timeout-sec", "2", "--listen-retry", "0.2"],
+            env=env, stderr=log,
+        )
+        report["ready"] = until("READY=1")
+        fake.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+        report["child_exit"] = child.popen.wait(timeout=20)
+        report["drained_status"] = until("STATUS=drained")
+        report["metrics_while_taken"] = get(port, "/metrics")
+        taken.close()  # the port is free: the daemon's next attempt binds it
+        report["metrics"] = wait_for(lambda: get(port, "/metrics"), timeout=20, what="/metrics once free")
+        report["status_line"] = until(lambda m: "STATUS=" in m and "NOT LISTENING" not in m)
+        report["status"] = json.loads(get(port, "/status"))
+        daemon.send_signal(signal.SIGTERM)
+        report["daemon_exit"] = daemon.wait(timeout=10)
+    child.close()
+report["log"] = (tmp / "daemon.log").read_text()
+print(json.dumps(report))
+"""
+
+
+@needs_unshare
+def test_a_taken_listen_port_leaves_the_host_protected_and_is_bound_once_free(tmp_path: Path) -> None:
+    """Another process on the metrics port: the daemon still drains on the event, says why it does not
+    listen (journal, STATUS=), and serves /metrics and /status once the port is free."""
+    (tmp_path / "empty.toml").write_text("")
+    report = run_driver(DRIVER_TAKEN_PORT, tmp_path)
+    assert "HTTP NOT LISTENING" in report["ready"], report["log"]
+    assert "Address already in use" in report["ready"]
+    assert report["child_exit"] == 0  # its SIGTERM handler ran
+    assert "SIGTERM to pid" in report["log"]
+    assert "cannot listen on 127.0.0.1:" in report["log"]
+    assert report["metrics_while_taken"] is None
+    assert 'tpu_watchdog_drains_total{outcome="exited"} 1.0' in report["metrics"]
+    errors = re.search(r'tpu_watchdog_output_errors_total\{output="http"\} (\S+)', report["metrics"])
+    assert errors is not None
+    assert float(errors.group(1)) >= 1
+    assert report["status_line"].startswith("STATUS=drained")
+    http = report["status"]["http"]
+    assert http["error"] is None, http
+    assert http["address"] == f"127.0.0.1:{http['listen'].rpartition(':')[2]}", http
+    assert http["failed_binds"] >= 1, http
+    assert report["status"]["state"] == "drained"
+    assert report["daemon_exit"] == 0

@@ -7,6 +7,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
 
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.support.waiting import wait_for
@@ -176,3 +180,88 @@ def test_metadata_that_cannot_be_heard_is_said_in_words() -> None:
     assert "instance/preempted = FALSE (last answer 2027-01-15T08:00:00Z; now failing: timeout" in shown
     assert "instance/upcoming-maintenance: not on this machine (404)" in shown
     no_data_structure(shown)
+
+
+def write_state(tmp_path: Path, content: str) -> None:
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "state.json").write_text(content)
+
+
+def test_a_state_file_deadline_past_year_9999_is_shown_not_raised(tmp_path: Path) -> None:
+    """A deadline of year 33715 (an extreme grace) once made `status` end in a traceback."""
+    write_state(tmp_path, json.dumps({
+        "events": [{"source": "maintenance-event", "value": "TERMINATE_ON_HOST_MAINTENANCE",
+                    "first_seen": 1.8e9}],
+        "drain": {"started_at": 1.8e9, "deadline_at": 1.0e12, "on_timeout": "kill"},
+        "signals": [],
+    }))  # fmt: skip
+    shown = status(tmp_path, "127.0.0.1:1")
+    assert shown.returncode == 3, shown.stderr
+    assert "drain:       deadline 9999-12-31T23:59:59Z" in shown.stdout
+    assert "Traceback" not in shown.stderr
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[]",  # JSON, but not an object
+        '{"drain": {"deadline_at": "soon"}}',
+        '{"drain": {}, "signals": 5}',
+        '{"events": [1, 2], "last_outcome": "exited"}',
+        '{"drain": {"deadline_at": 1e400}}',  # inf
+    ],
+)
+def test_a_state_file_of_an_unknown_shape_is_a_line_never_a_traceback(tmp_path: Path, content: str) -> None:
+    write_state(tmp_path, content)
+    shown = status(tmp_path, "127.0.0.1:1")
+    assert shown.returncode in (1, 3), shown.stderr
+    assert "Traceback" not in shown.stderr
+    assert shown.stdout or "state file" in shown.stderr, shown.stderr
+
+
+class Answering:
+    """A daemon's HTTP surface answering /status with what a test sets (served over real HTTP)."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.registry = CollectorRegistry()
+        self.answer = answer
+
+    def status(self) -> dict[str, Any]:
+        return self.answer
+
+    def liveness(self) -> tuple[bool, str]:
+        return True, "ok"
+
+    health = readiness = liveness
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "said"),
+    [
+        (
+            {"state": "draining", "drain": {"deadline": 1.0e12, "time_left": 1.0e12}},
+            0,
+            "9999-12-31T23:59:59Z",
+        ),
+        ({"state": "idle", "events": ["not an event"]}, 1, "cannot put the daemon's answer in words"),
+        ({"state": "drained", "recent_drains": [{"outcome": "exited", "processes": 3}]}, 1, "cannot put"),
+    ],
+)
+def test_a_daemon_answer_of_an_unknown_shape_is_a_line_never_a_traceback(
+    tmp_path: Path, answer: dict[str, Any], code: int, said: str
+) -> None:
+    http = HttpSurface("127.0.0.1:0", Answering(answer))
+    http.start()
+    try:
+        shown = status(tmp_path, http.address)
+    finally:
+        http.stop()
+    assert shown.returncode == code, shown.stderr
+    assert said in shown.stdout + shown.stderr
+    assert "Traceback" not in shown.stderr
+
+
+def test_a_listener_that_bound_late_is_said() -> None:
+    shown = render({"state": "idle", "http": {"address": "127.0.0.1:9478", "error": None, "failed_binds": 4}})
+    assert "http:        listening on 127.0.0.1:9478 after 4 failed bind(s)" in shown
+    assert "http:" not in render({"state": "idle", "http": {"address": "127.0.0.1:9478", "failed_binds": 0}})

@@ -119,3 +119,22 @@ def test_a_holder_that_will_lose_its_progress_is_named_by_its_pod(
         "trainer-0",
     )
     assert "TPU_WATCHDOG_CONTAINER_NAME" not in journal  # only what is known
+
+
+def test_a_listener_that_cannot_bind_is_said_once_counted_each_time_and_its_bind_said_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = reporter(tmp_path)
+    changes = [r.listener("127.0.0.1:9478", "Address already in use") for _ in range(3)]
+    assert changes == [True, False, False]  # STATUS= once
+    assert "HTTP NOT LISTENING on 127.0.0.1:9478 (Address already in use)" in r.view.summary()
+    assert r.view.http["error"] == "Address already in use"
+    assert r.metrics.registry.get_sample_value("tpu_watchdog_output_errors_total", {"output": "http"}) == 3
+    assert r.listener("127.0.0.1:9478", None)
+    assert "NOT LISTENING" not in r.view.summary()
+    assert r.view.http == {"listen": "127.0.0.1:9478", "address": "127.0.0.1:9478", "error": None,
+                           "failed_binds": 3}  # fmt: skip
+    said = [rec.getMessage() for rec in caplog.records if "listen" in rec.getMessage()]
+    assert len(said) == 2, said  # cannot listen (once), listening after all (once)
+    assert said[0].startswith("cannot listen on 127.0.0.1:9478: Address already in use; protecting")
+    assert said[1].endswith("listening after all")

@@ -15,7 +15,13 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from tests.support.readable import readable
 from tests.support.waiting import wait_for
-from watchdog.surface.httpapi import CONNECTION_TIMEOUT, MAX_CONNECTIONS, HttpSurface, parse_listen
+from watchdog.surface.httpapi import (
+    CONNECTION_TIMEOUT,
+    MAX_CONNECTIONS,
+    HttpSurface,
+    RetryingListener,
+    parse_listen,
+)
 from watchdog.surface.httphead import MAX_HEADER_BYTES, MAX_HEADERS, MAX_REQUEST_LINE
 
 
@@ -374,3 +380,45 @@ def test_scrapes_and_probes_are_answered_despite_100_slowloris_clients() -> None
         for sock in slow:
             sock.close()
         http.stop()
+
+
+def test_a_taken_port_is_retried_until_free_then_served() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    attempts: list[tuple[str, str | None]] = []
+    listener = RetryingListener(f"127.0.0.1:{port}", StubSurface(), lambda *a: attempts.append(a), retry=0.05)
+    try:
+        listener.start()  # returns at once: the caller (the daemon) never waits for the port
+        assert listener.http is None
+        wait_for(lambda: len(attempts) >= 3, what="three attempts on the taken port")
+        assert {error for _, error in attempts} == {"Address already in use"}
+        taken.close()
+        wait_for(lambda: attempts[-1][1] is None, what="the bind once the port is free")
+        assert attempts[-1][0] == f"127.0.0.1:{port}"
+        answer = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert 'tpu_watchdog_state{state="idle"} 1.0' in answer.text
+    finally:
+        listener.close()
+        taken.close()
+    tried = len(attempts)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    assert len(attempts) == tried  # closed: no attempt after
+
+
+def test_a_listener_closed_while_retrying_stops_trying() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    attempts: list[tuple[str, str | None]] = []
+    listener = RetryingListener(
+        f"127.0.0.1:{taken.getsockname()[1]}", StubSurface(), lambda *a: attempts.append(a), retry=0.05
+    )
+    listener.start()
+    wait_for(lambda: attempts, what="the first attempt")
+    listener.close()
+    assert listener._thread is not None
+    assert not listener._thread.is_alive()
+    taken.close()

@@ -22,6 +22,7 @@ DRIVER = r"""
 import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 from datetime import datetime
+from tests.support.sdnotify import NotifySocket
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
 from tests.support.workloads import Child, make_device
@@ -30,15 +31,7 @@ from watchdog.fake.server import FakeMetadataServer
 tmp = Path(sys.argv[1])
 config = tmp / "config.toml"
 device = make_device(tmp)
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-sock.bind(str(tmp / "notify"))
-sock.settimeout(30)
-
-def until(text):
-    while True:
-        message = sock.recv(4096).decode()
-        if text in message:
-            return message
+until = NotifySocket(tmp / "notify").until
 
 def free_port():
     with socket.socket() as probe:

@@ -3,7 +3,8 @@
 Exit statuses: 0 after a clean stop (SIGTERM/SIGINT), 78 (EX_CONFIG) for a bad configuration, so systemd's
 RestartPreventExitStatus does not loop on it, 73 (EX_CANTCREAT) when the state directory is unusable, 75
 (EX_TEMPFAIL) when another daemon holds the state directory past the lock wait (systemd's Restart= tries
-again), and 1 when the HTTP listener cannot bind.
+again). A listen address that cannot be bound is no exit: the daemon protects the host without its HTTP
+listener and binds again every BIND_RETRY s (surface/httpapi.py `RetryingListener`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 
 from watchdog.config.settings import add_config_arguments, environment_help, load_config, load_config_or_exit
 from watchdog.daemon.sighup import ReloadRequests
-from watchdog.exitcodes import EXIT_CANNOT_LISTEN, EXIT_CANTCREAT, EXIT_LOCKED, EXIT_OK
+from watchdog.exitcodes import EXIT_CANTCREAT, EXIT_LOCKED, EXIT_OK
 
 LOCK_WAIT = 30.0  # s a second instance waits for the first to stop (systemd and k8s stop it within 15 s)
 
@@ -33,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-wedge-file", help=argparse.SUPPRESS)  # test-only fault switch (daemon.py)
     # s to wait for another daemon to release the state directory (tests shorten it)
     parser.add_argument("--lock-wait", type=float, default=LOCK_WAIT, help=argparse.SUPPRESS)
+    # s between attempts to bind a listen address that was taken (tests shorten it)
+    parser.add_argument("--listen-retry", type=float, default=None, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.daemon.compose import Wiring, build_daemon
     from watchdog.store.lock import StateDirBusyError, StateDirLock
     from watchdog.store.statefile import StateDirError
-    from watchdog.surface.httpapi import HttpSurface
+    from watchdog.surface.httpapi import BIND_RETRY, RetryingListener
 
     lock = StateDirLock(config.state_dir)  # held until this process ends: one daemon per host
     try:
@@ -84,24 +87,18 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s", error.strerror or error)
         return EXIT_CANTCREAT
     daemon, transport, host = built.daemon, built.transport, built.metadata_host
-    try:
-        http = HttpSurface(str(config.listen), daemon.view, status_allow=config.status_allow)
-    except OSError as error:
-        log.error(
-            "cannot listen on %s: %s (set --listen or listen = in the config file)", config.listen, error
-        )
-        return EXIT_CANNOT_LISTEN
     if stop.is_set():  # asked to stop while starting: nothing was started yet, the state file is as it was
-        http.stop()
         transport.close()
         log.info("tpu-watchdog stopped during start-up")
         return EXIT_OK
-    http.start()
-    log.info(
-        "metadata server %s; HTTP on http://%s (/metrics /livez /healthz /readyz /status)", host, http.address
-    )
+    log.info("metadata server %s", host)
+    http = RetryingListener(
+        str(config.listen), daemon.view, daemon.http_attempted, retry=args.listen_retry or BIND_RETRY,
+        status_allow=config.status_allow,
+    )  # fmt: skip
+    http.start()  # binds now, or keeps trying on a thread of its own: protection never waits for it
     try:
         return daemon.run()
     finally:
-        http.stop()
+        http.close()
         transport.close()

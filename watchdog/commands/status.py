@@ -1,7 +1,8 @@
 """`tpu-watchdog status [--json]`: what the running daemon sees, from its /status endpoint; when the daemon
 does not answer, what its state file says (marked as such, since it may be stale).
 
-Exit 0 when the daemon answered, 3 when only the state file could be read, 1 when neither.
+Exit 0 when the daemon answered, 3 when only the state file could be read, 1 when neither, or when what
+was read is in a shape this version cannot put in words (a line says so: never a traceback).
 """
 
 from __future__ import annotations
@@ -36,8 +37,14 @@ def fetch(listen: str, timeout: float = 3.0) -> dict[str, Any]:
     if host in ("0.0.0.0", "", "[::]"):  # noqa: S104 - a wildcard bind is reached on loopback
         host = "127.0.0.1"
     with urllib.request.urlopen(f"http://{host}:{port}/status", timeout=timeout) as answer:
-        data: dict[str, Any] = json.loads(answer.read())
-        return data
+        return _object(json.loads(answer.read()))
+
+
+def _object(data: object) -> dict[str, Any]:
+    """The answer or file as a JSON object; ValueError when it is JSON of another kind."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
 
 
 def _why(error: BaseException) -> str:
@@ -62,15 +69,15 @@ def _why(error: BaseException) -> str:
 
 def from_state_file(state_dir: str) -> dict[str, Any]:
     with open(os.path.join(state_dir, STATE_FILE), encoding="utf-8") as handle:
-        data: dict[str, Any] = json.load(handle)
-        return data
+        return _object(json.load(handle))
 
 
 def _signalled(saved: dict[str, Any], drain: dict[str, Any]) -> list[dict[str, Any]]:
     """The drain's processes as the state file has them (its signals), running or gone as of now."""
     started = drain.get("started_at")
     by_pid: dict[tuple[int, object], dict[str, Any]] = {}
-    for record in saved.get("signals") or []:
+    signals = saved.get("signals")
+    for record in signals if isinstance(signals, list) else []:
         if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
             continue
         key = (record["pid"], record.get("start_time"))
@@ -110,27 +117,51 @@ def run(args: argparse.Namespace) -> int:
             saved = from_state_file(config.state_dir)
         except (OSError, ValueError) as file_error:
             what = "none there" if isinstance(file_error, FileNotFoundError) else _why(file_error)
+            if isinstance(file_error, ValueError):
+                what = f"not the JSON object it writes: {file_error}"
             sys.stderr.write(
                 f"no usable state file in {config.state_dir} either ({what}): the daemon has not run "
                 "with this state dir, or --state-dir points elsewhere\n"
             )
             return EXIT_NO_ANSWER
-        status = {
-            "state": "unknown (daemon not answering)",
-            "events": saved.get("events", []),
-            "last_outcome": saved.get("last_outcome"),
-            "from_state_file": True,
-        }
-        if saved.get("drain"):
-            drain = saved["drain"]
-            now = datetime.datetime.now(datetime.timezone.utc).timestamp()
-            status["drain"] = {
-                "deadline": drain["deadline_at"],
-                "time_left": max(0.0, drain["deadline_at"] - now),
-                "on_timeout": drain["on_timeout"],
-                "processes": _signalled(saved, drain),
-            }
-        status["recent_drains"] = _recent(config.state_dir)
-        code = EXIT_FROM_STATE_FILE
-    sys.stdout.write(json.dumps(status, indent=2, sort_keys=True) + "\n" if args.json else render(status))
+        status, code = _from_saved(saved, config.state_dir), EXIT_FROM_STATE_FILE
+    if args.json:
+        sys.stdout.write(json.dumps(status, indent=2, sort_keys=True) + "\n")
+        return code
+    try:
+        text = render(status)
+    except Exception as error:  # noqa: BLE001 - an answer of an unknown shape is a line, never a traceback
+        what = (
+            f"the state file in {config.state_dir}"
+            if status.get("from_state_file")
+            else "the daemon's answer"
+        )
+        sys.stderr.write(
+            f"cannot put {what} in words ({type(error).__name__}: {error}): it is not in a shape this "
+            "version knows; `tpu-watchdog status --json` prints it as it is\n"
+        )
+        return EXIT_NO_ANSWER
+    sys.stdout.write(text)
     return code
+
+
+def _from_saved(saved: dict[str, Any], state_dir: str) -> dict[str, Any]:
+    """What the state file says, in the shape of the daemon's /status (`render` reads either)."""
+    status: dict[str, Any] = {
+        "state": "unknown (daemon not answering)",
+        "events": saved.get("events", []),
+        "last_outcome": saved.get("last_outcome"),
+        "from_state_file": True,
+        "recent_drains": _recent(state_dir),
+    }
+    drain = saved.get("drain")
+    if isinstance(drain, dict):
+        deadline = drain.get("deadline_at")
+        now = datetime.datetime.now(datetime.timezone.utc).timestamp()
+        status["drain"] = {
+            "deadline": deadline,
+            "time_left": max(0.0, deadline - now) if isinstance(deadline, (int, float)) else None,
+            "on_timeout": drain.get("on_timeout"),
+            "processes": _signalled(saved, drain),
+        }
+    return status

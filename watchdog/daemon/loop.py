@@ -25,13 +25,7 @@ from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
-from watchdog.core.lifecycle import (
-    Action,
-    CancelDrain,
-    Lifecycle,
-    MoveDeadline,
-    StartDrain,
-)
+from watchdog.core.lifecycle import Action, CancelDrain, Lifecycle, MoveDeadline, StartDrain
 from watchdog.core.metadata_values import UpcomingMaintenance
 from watchdog.core.policy import trigger, upcoming_drain_due
 from watchdog.core.process import ProcessIdentity
@@ -347,7 +341,8 @@ class Daemon:
         outcome = record.outcome or Outcome.INTERRUPTED
         if outcome is Outcome.INTERRUPTED:
             return  # the daemon is stopping: the state file keeps the drain for the next start
-        drain_id, event = self._drain_id(), self.lifecycle.drain_event()
+        drain, event = self.lifecycle.drain, self.lifecycle.drain_event()
+        drain_id = drain.drain_id if drain else ""
         self.recorder.finished(record, outcome, self.lifecycle)
         waiting = self.lifecycle.drain_finished(outcome.value, self.clock.wall(), rehearsed=record.dry_run)
         state, deadline = self.lifecycle.state.value, self._deadline()
@@ -360,11 +355,14 @@ class Daemon:
     def _deadline(self) -> float | None:
         return self.lifecycle.drain.deadline if self.lifecycle.drain else None
 
-    def _drain_id(self) -> str:
-        return self.lifecycle.drain.drain_id if self.lifecycle.drain is not None else ""
-
     def _to_mono(self, wall_deadline: float) -> float:
         return self.clock.monotonic() + (wall_deadline - self.clock.wall())
+
+    def http_attempted(self, address: str, error: str | None) -> None:
+        """The HTTP listener tried to bind (any thread): said once per change, in STATUS= too."""
+        if self.reporter.listener(address, error):
+            with self.outputs.guarded(Output.NOTIFY):
+                self.notifier.status(self.view.summary())
 
     def _identity_learned(self, identity: HostIdentity) -> None:
         self.view.identity = identity

@@ -28,6 +28,7 @@ from watchdog.daemon.view import StatusView
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.watch import WatchFailed
 from watchdog.store.statefile import StateStore
+from watchdog.surface.httpapi import BIND_RETRY
 from watchdog.surface.logs import fields, workload_fields
 from watchdog.surface.metrics import Metrics
 
@@ -66,6 +67,7 @@ class Reporter:
         self._last_error_kind: dict[str, str] = {}
         self._unready: set[tuple[ProcessIdentity, SigtermDisposition]] = set()  # at the last idle scan
         self._said_unready: set[tuple[ProcessIdentity, SigtermDisposition]] = set()
+        self._failed_binds = 0  # of the HTTP listener, since start
 
     def metadata_failed(self, message: WatchFailed) -> None:
         """Counted every time; a warning per change of error kind per key, the repeats only at debug (and
@@ -166,3 +168,31 @@ class Reporter:
                 )  # fmt: skip
             else:
                 log.warning("state is persisted again: %s", self.store.path, extra=fields("state_persisted"))
+
+    def listener(self, address: str, error: str | None) -> bool:
+        """An attempt to bind the HTTP listener (any thread): a failed one is counted (output `http`); a
+        change is said in /status and the journal. True on a change (for STATUS=)."""
+        if error is not None:
+            self._failed_binds += 1
+            with self.outputs.guarded(Output.METRICS):
+                self.metrics.output_errors.labels(Output.HTTP.value).inc()
+        failed_before, listening = self.view.http_error is not None, self.view.http["address"] is not None
+        self.view.http = {**self.view.http, "address": None if error else address, "error": error,
+                          "failed_binds": self._failed_binds}  # fmt: skip
+        if error == self.view.http_error and (error is not None or listening):
+            return False
+        self.view.http_error = error
+        with self.outputs.guarded(Output.LOG):
+            if error is not None:
+                log.error(
+                    "cannot listen on %s: %s; protecting this host all the same, without /metrics and "
+                    "/status, and binding again every %.0f s until it can (listen = in the config file, or "
+                    "--listen)", address, error, BIND_RETRY,
+                )  # fmt: skip
+            else:
+                log.log(
+                    logging.WARNING if failed_before else logging.INFO,
+                    "HTTP on http://%s (/metrics /livez /healthz /readyz /status)%s", address,
+                    ": listening after all" if failed_before else "",
+                )  # fmt: skip
+        return True

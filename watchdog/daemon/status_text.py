@@ -3,17 +3,20 @@ important first, never a data structure (it is read at 3 a.m.)."""
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
+from watchdog.core.clock import utc_time
 from watchdog.core.workload import words_of
 from watchdog.store.drain_text import process_line, totals
 
 
-def _when(wall: float | None) -> str:
+def _when(wall: object) -> str:
+    """A time of the answer in words: `-` when none, `?` when it is not a time, never a traceback."""
     if wall is None:
         return "-"
-    return datetime.datetime.fromtimestamp(wall, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if not isinstance(wall, (int, float)) or isinstance(wall, bool):
+        return "?"
+    return utc_time(wall, "seconds")
 
 
 def _left(seconds: object) -> str:
@@ -102,6 +105,12 @@ def render(status: dict[str, Any]) -> str:
     history = status.get("history_file") or {}
     if history.get("persisted") is False:
         lines.append(f"history:     NOT WRITTEN: {history.get('error')} (kept in memory until there is room)")
+    http = status.get("http") or {}
+    if http.get("failed_binds"):
+        lines.append(
+            f"http:        listening on {http.get('address')} after {http['failed_binds']} failed bind(s) "
+            "(journal: cannot listen on ...)"
+        )
     host = status.get("host") or {}
     if host:
         lines.append("host:        " + " ".join(f"{k}={v}" for k, v in sorted(host.items())))

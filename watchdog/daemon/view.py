@@ -56,6 +56,10 @@ class StatusView:
         self.identity = HostIdentity()
         self.metadata_tolerance = METADATA_TOLERANCE
         self.state_error: str | None = None  # why the state file is not being written, while it is not
+        self.http_error: str | None = None  # why the HTTP listener cannot bind, while it cannot
+        # /status `http`: where it listens (None until bound) and how many binds failed before
+        self.http: dict[str, object] = {"listen": str(config.listen), "address": None, "error": None,
+                                        "failed_binds": 0}  # fmt: skip
         self.history: DrainHistory | None = None
         self.live_entry: Callable[[DrainRecord], dict[str, object] | None] = lambda _: None
         self.webhooks: Callable[[], list[dict[str, object]]] = list  # each webhook, its URL redacted
@@ -85,6 +89,8 @@ class StatusView:
         state = life.state.value
         events = ", ".join(f"{e.source}={e.value}" for e in life.events.values())
         unsaved = "; STATE NOT PERSISTED" if self.state_error else ""
+        if self.http_error:
+            unsaved += f"; HTTP NOT LISTENING on {self.config.listen} ({self.http_error}), retrying"
         if life.drain is not None:
             left = max(0.0, life.drain.deadline - self.clock.wall())
             dry = " (dry run: nothing is sent)" if self.config.dry_run else ""
@@ -175,6 +181,7 @@ class StatusView:
             },
             "host": self.identity.to_dict(),
             "state_file": {"persisted": self.state_error is None, "error": self.state_error},
+            "http": self.http,
             "webhooks": self.webhooks(),
             "now": now,
         }

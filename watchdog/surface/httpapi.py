@@ -19,7 +19,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 CONNECTION_TIMEOUT = 10.0  # s for a whole request head, an idle keep-alive or a reply write (slowloris)
 MAX_CONNECTIONS = 32  # handled at once; beyond it a connection is closed at accept, not given a thread
+BIND_RETRY = 10.0  # s between attempts to bind a listen address that was taken or not this host's
 
 _TEXT = "text/plain; charset=utf-8"
 _ERRORS = {  # fixed bodies: nothing from the request is ever echoed back
@@ -285,3 +286,65 @@ class HttpSurface:
             self._server.shutdown()
             self._thread.join(timeout=5)
         self._server.server_close()
+
+
+class RetryingListener:
+    """The HTTP surface protection never waits for: a listen address that is taken (another process on
+    the port) or not this host's is no reason to leave the TPU jobs unprotected. `start()` binds if it
+    can; if not, a thread tries again every `retry` s until it binds or `close()`. Each attempt is told to
+    `attempted(address, error)` (error None: it listens on `address` now), from the thread that made it."""
+
+    def __init__(
+        self,
+        listen: str,
+        surface: Surface,
+        attempted: Callable[[str, str | None], None],
+        retry: float = BIND_RETRY,
+        status_allow: Sequence[str] = LOOPBACK_NETWORKS,
+    ) -> None:
+        self.listen, self.surface, self.attempted, self.retry = listen, surface, attempted, retry
+        self.status_allow = status_allow
+        self.http: HttpSurface | None = None  # set once bound
+        self._closed = threading.Event()
+        self._lock = threading.Lock()  # a bind that lands while close() runs is stopped, not leaked
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if not self._bind():
+            self._thread = threading.Thread(target=self._keep_trying, name="http-bind", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            http, self.http = self.http, None
+        if http is not None:
+            http.stop()
+
+    def _keep_trying(self) -> None:
+        while not self._closed.wait(self.retry) and not self._bind():
+            pass
+
+    def _bind(self) -> bool:
+        try:
+            http = HttpSurface(self.listen, self.surface, status_allow=self.status_allow)
+        except (OSError, ValueError) as error:  # taken, not this host's, a name that does not resolve
+            self.attempted(self.listen, _why_not(error))
+            return False
+        with self._lock:
+            if self._closed.is_set():
+                http.stop()
+                return True
+            self.http = http
+            http.start()
+        self.attempted(http.address, None)
+        return True
+
+
+def _why_not(error: OSError | ValueError) -> str:
+    """`Address already in use`: a failed bind in words, without the library's repr."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
