@@ -290,6 +290,7 @@ def test_a_shell_string_is_refused_with_the_reason(argv: list[str]) -> None:
         ["/bin/sh", "/usr/bin/which", "-c"],  # after the script, -c is the script's own option
         ["/usr/bin/logger", "-t", "tpu watchdog", "https://hooks.example.com/x/y", "text/plain"],
         ["/usr/bin/env", "LANG=C", "/bin/true"],
+        ["/usr/bin/python3", "-Wonce", "-X", "code", "/usr/bin/which"],  # -W's and -X's arguments, no -c
         ["/bin/true", "--config=/etc/hostname"],
     ],
 )

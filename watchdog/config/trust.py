@@ -109,10 +109,14 @@ def _inline_code(argv: Sequence[str]) -> str | None:
                     if option.startswith("--split-string") and name == "env":
                         return f"{word} {option}"
                     continue
-                if any(letter in code for letter in option[1:]):
-                    return f"{word} {option}"
-                if option[-1] in takes_argument:
-                    next(rest, None)
+                letters = option[1:]
+                for index, letter in enumerate(letters):
+                    if letter in code:
+                        return f"{word} {option}"
+                    if letter in takes_argument:  # the rest of the word is its argument, or the next word
+                        if index == len(letters) - 1:
+                            next(rest, None)
+                        break
     return None
 
 
