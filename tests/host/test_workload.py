@@ -72,6 +72,18 @@ def test_kubelet_files_name_the_pod_and_its_container(tmp_path: Path) -> None:
     assert WorkloadReader(str(tree.root), str(node)).read(100).container_name is None
 
 
+def test_the_node_s_files_are_found_through_pid_1_s_root_by_default(tmp_path: Path) -> None:
+    """A daemon in a container with the host's PID namespace sees the node's own filesystem as PID 1's root
+    (/proc/1/root), with nothing mounted: there is where the kubelet's files are looked for first."""
+    tree = ProcTree(tmp_path / "proc")
+    pod_process(tree, 100)
+    node = tree.add(1, "systemd", ppid=0) / "root"
+    (node / POD_LOGS / f"ml_trainer-0_{UID}").mkdir(parents=True)
+    (node / KUBELET_PODS / UID / "containers" / "jax").mkdir(parents=True)
+    found = WorkloadReader(str(tree.root)).read(100)
+    assert (found.pod_namespace, found.pod_name, found.container_name) == ("ml", "trainer-0", "jax")
+
+
 def test_etc_hosts_when_the_environment_says_nothing_and_mountinfo_for_the_container(tmp_path: Path) -> None:
     tree = ProcTree(tmp_path / "proc")
     pid_dir = pod_process(tree, 100)

@@ -271,7 +271,7 @@ class OwnScanner:
     `host_only`, it also reads only their entries of /proc (`HostProcfs`); `node_root`: where the kubelet's
     files are (a fixture node)."""
 
-    def __init__(self, workloads: Workloads, host_only: bool = False, node_root: str = "/") -> None:
+    def __init__(self, workloads: Workloads, host_only: bool = False, node_root: str | None = None) -> None:
         self.workloads = workloads
         self.inner = HolderScanner(patterns=[str(workloads.device)], node_root=node_root)
         if host_only:

@@ -52,9 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--node-root",
-        default="/",
         metavar="DIR",
-        help="where the node's kubelet files are (DIR/var/lib/kubelet, DIR/var/log/pods; default /)",
+        help="where the node's kubelet files are (DIR/var/lib/kubelet, DIR/var/log/pods; default: as PID 1 "
+        "sees them, then /)",
     )
 
 
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("tpu-watchdog holders: error: --device and --extra-path need a non-empty value\n")
         return EXIT_USAGE
     for flag, root in (("--proc-root", args.proc_root), ("--node-root", args.node_root)):
-        if not os.path.isdir(root):
+        if root is not None and not os.path.isdir(root):
             sys.stderr.write(f"tpu-watchdog holders: error: {flag} {root}: not a directory\n")
             return EXIT_USAGE
     scanner = HolderScanner(

@@ -163,14 +163,14 @@ class HolderScanner:
         excludes: Excludes | None = None,
         proc_root: str = "/proc",
         workers: int = 1,
-        node_root: str = "/",
+        node_root: str | None = None,
     ) -> None:
         self.patterns = tuple(patterns)
         self.extra_paths = tuple(extra_paths)
         self.excludes = excludes if excludes is not None else Excludes()
         self.procfs = Procfs(proc_root)
         self.workers = workers
-        self.workloads = WorkloadReader(proc_root, node_root)  # node_root: where the kubelet's files are
+        self.workloads = WorkloadReader(proc_root, node_root)  # node_root: the kubelet's files (None: found)
 
     def devices(self) -> DeviceSet:
         return find_devices(self.patterns, self.extra_paths)

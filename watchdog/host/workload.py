@@ -4,7 +4,9 @@ As root on the node, without the API server (docs/holder-identity.md): the pod's
 its namespace and name in the kubelet's pod log directory (`/var/log/pods/<namespace>_<name>_<uid>`), else the
 namespace in the container's service account mount and the name as its hostname (HOSTNAME in its environment,
 else the kubelet's etc-hosts); the container's name in the kubelet's bind mount of its termination log, else
-the one entry of `/var/lib/kubelet/pods/<uid>/containers/`. Both roots are injectable (a fixture tree).
+the one entry of `/var/lib/kubelet/pods/<uid>/containers/`. The node's files are looked for as PID 1 sees
+them (`/proc/1/root`: in a container with the host's PID namespace, the DaemonSet's, that is the node's own
+filesystem, with nothing mounted), then as this process sees them. Both roots are injectable (a fixture tree).
 
 A container's files are the container's to make: each is opened without following a FIFO into a hang
 (O_NONBLOCK, regular files only) and read to a bound; what is missing or odd is None, never an error.
@@ -63,11 +65,13 @@ def _text(path: str, limit: int = _LIMIT) -> str | None:
 
 
 class WorkloadReader:
-    """Tells the workload of a process from `proc_root` and the node's files under `node_root`."""
+    """Tells the workload of a process from `proc_root` and the node's files under `node_root` (None: as
+    PID 1 of `proc_root` sees them, then under /)."""
 
-    def __init__(self, proc_root: str = "/proc", node_root: str = "/") -> None:
+    def __init__(self, proc_root: str = "/proc", node_root: str | None = None) -> None:
         self.proc_root = proc_root.rstrip("/") or "/"
-        self.node_root = node_root.rstrip("/")
+        roots = (node_root,) if node_root is not None else (f"{self.proc_root}/1/root", "/")
+        self.node_roots = tuple(root.rstrip("/") for root in roots)
 
     def read(self, pid: int, cgroup_text: str | None = None) -> Workload:
         """The workload of `pid`; `cgroup_text` when the caller has read /proc/PID/cgroup already."""
@@ -87,7 +91,8 @@ class WorkloadReader:
         if name is None:
             environ = read_bounded(f"{self.proc_root}/{pid}/environ")
             name = None if environ is None else hostname_of_environ(environ)
-        pod_dir = f"{self.node_root}/{KUBELET_PODS}/{uid}"
+        pod_dirs = [f"{root}/{KUBELET_PODS}/{uid}" for root in self.node_roots]
+        pod_dir = next((path for path in pod_dirs if os.path.isdir(path)), pod_dirs[-1])
         if name is None:
             hosts = _text(f"{pod_dir}/etc-hosts", 65536)
             name = None if hosts is None else hostname_of_etc_hosts(hosts)
@@ -102,13 +107,14 @@ class WorkloadReader:
         return replace(found, pod_namespace=namespace, pod_name=name, container_name=container)
 
     def _from_log_dir(self, uid: str) -> tuple[str, str] | None:
-        try:
-            names = os.listdir(f"{self.node_root}/{POD_LOGS}")
-        except OSError:
-            return None
-        for entry in names:
-            if entry.endswith(uid):
-                pod = pod_of_log_dir(entry, uid)
-                if pod is not None:
-                    return pod
+        for root in self.node_roots:
+            try:
+                names = os.listdir(f"{root}/{POD_LOGS}")
+            except OSError:
+                continue
+            for entry in names:
+                if entry.endswith(uid):
+                    pod = pod_of_log_dir(entry, uid)
+                    if pod is not None:
+                        return pod
         return None
