@@ -6,6 +6,9 @@ the answer must carry `Metadata-Flavor: Google` (else it is not the metadata ser
 hold the watch forever, every byte resetting the per-read timeout). `close()` may be called from another
 thread: it shuts down the sockets of requests in flight, so a hanging GET ends at once instead of after its
 timeout. The body deadlines of all requests are kept by one thread (`Deadlines`), not a timer per request.
+Both work by shutting down the socket each connection keeps from its `connect()`, not `connection.sock`:
+http.client drops that (`sock = None`) once a response that closes the connection has begun, while the
+response still reads from the socket, and urllib3 1.26 (Ubuntu 22.04's) does not keep it either.
 """
 
 from __future__ import annotations
@@ -67,10 +70,10 @@ class _InFlight:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._connections: weakref.WeakSet[HTTPConnection] = weakref.WeakSet()
+        self._connections: weakref.WeakSet[_AbortableConnection] = weakref.WeakSet()
         self.closed = False
 
-    def opened(self, connection: HTTPConnection) -> None:
+    def opened(self, connection: _AbortableConnection) -> None:
         with self._lock:
             if not self.closed:
                 self._connections.add(connection)
@@ -86,8 +89,8 @@ class _InFlight:
             _shutdown(connection)
 
 
-def _shutdown(connection: HTTPConnection) -> None:
-    sock = connection.sock
+def _shutdown(connection: _AbortableConnection) -> None:
+    sock = connection.connected_sock
     if sock is not None:
         with contextlib.suppress(OSError):  # already closed: nothing is waiting on it
             sock.shutdown(socket.SHUT_RDWR)
@@ -95,9 +98,11 @@ def _shutdown(connection: HTTPConnection) -> None:
 
 class _AbortableConnection(HTTPConnection):
     in_flight: _InFlight | None = None
+    connected_sock: socket.socket | None = None  # the socket of the last connect(), kept (module docstring)
 
     def connect(self) -> None:
         super().connect()
+        self.connected_sock = self.sock
         if self.in_flight is not None:
             self.in_flight.opened(self)
 
@@ -174,6 +179,12 @@ def classify_exception(exc: BaseException) -> ErrorKind:
     if any(isinstance(e, _TIMEOUT_TYPES) for e in chain):
         return ErrorKind.TIMEOUT
     return ErrorKind.OTHER
+
+
+def _content_length(response: requests.Response) -> int | None:
+    """The body's length as the server declared it; None when it did not (chunked, or up to the close)."""
+    value = response.headers.get("Content-Length", "")
+    return int(value) if value.isdigit() else None
 
 
 class MetadataTransport:
@@ -274,9 +285,12 @@ class MetadataTransport:
 
         def expire() -> None:
             expired.set()
-            if isinstance(connection, HTTPConnection):
+            if isinstance(connection, _AbortableConnection):
                 _shutdown(connection)
 
+        late = MetadataError(
+            ErrorKind.TIMEOUT, path, f"body not complete within {body_timeout:g} s (trickling)", status
+        )
         deadline = self._deadlines.after(body_timeout, expire)
         try:
             for chunk in response.iter_content(chunk_size=16 * 1024):
@@ -287,12 +301,16 @@ class MetadataTransport:
                     )
                 chunks.append(chunk)
         except requests.RequestException as exc:
-            if expired.is_set():
-                detail = f"body not complete within {body_timeout:g} s (trickling)"
-                raise MetadataError(ErrorKind.TIMEOUT, path, detail, status) from exc
-            raise self._failure(exc, path) from exc
+            raise (late if expired.is_set() else self._failure(exc, path)) from exc
         finally:
             self._deadlines.cancel(deadline)
+        # urllib3 1.26 ends a body cut short (by the deadline or the server) quietly, as if it were whole.
+        expected = _content_length(response)
+        if expired.is_set() if expected is None else size != expected:
+            if expired.is_set():
+                raise late
+            detail = f"body ended after {size} of its {expected} bytes"
+            raise MetadataError(ErrorKind.CONNECTION_RESET, path, detail, status)
         try:
             body = b"".join(chunks).decode("utf-8")
         except UnicodeDecodeError as exc:
