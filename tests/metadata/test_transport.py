@@ -185,3 +185,23 @@ def test_close_ends_a_hanging_get_at_once(
     assert "closed" in error.detail
     with pytest.raises(MetadataError, match="closed"):
         transport.get(PREEMPTED)
+
+
+def test_a_body_shorter_than_its_content_length_is_an_error_not_a_value() -> None:
+    # A real server that declares 5 bytes, sends 1 and closes: urllib3 2 raises, urllib3 1.26 (Ubuntu
+    # 22.04's) would hand back "F" as if it were the whole of "FALSE".
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def answer_short() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                head = "HTTP/1.1 200 OK\r\nMetadata-Flavor: Google\r\nContent-Length: 5\r\n\r\n"
+                connection.sendall(head.encode() + b"F")
+
+        server = threading.Thread(target=answer_short)
+        server.start()
+        with MetadataTransport(f"127.0.0.1:{listener.getsockname()[1]}") as transport:
+            error = _error(transport)
+        server.join(5)
+    assert error.kind is ErrorKind.CONNECTION_RESET, error

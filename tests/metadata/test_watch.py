@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -11,7 +12,7 @@ import pytest
 from tests.support.waiting import wait_for
 from watchdog.core.metadata_values import MaintenanceKind, Preempted, UpcomingMaintenance, WatchedValue
 from watchdog.fake.server import FakeMetadataServer, Fault
-from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.keys import MAINTENANCE_EVENT, PREEMPTED, UPCOMING_MAINTENANCE, KeySpec
 from watchdog.metadata.transport import MetadataTransport
@@ -65,8 +66,8 @@ class Recorder:
         return [e.error.kind for e in self.events() if isinstance(e, WatchFailed)]
 
 
-def fast_backoff() -> Backoff:
-    return Backoff(initial=0.02, cap=0.1)
+def fast_backoff() -> WatchBackoff:
+    return WatchBackoff.uniform(initial=0.02, cap=0.1)
 
 
 StartWatch = Callable[..., KeyWatch]
@@ -376,3 +377,46 @@ def test_watcher_runs_the_three_watches_and_stops_them(
     assert watcher.join(1.0)
     assert time.monotonic() - started < 1.0
     assert all(s.mode is WatchMode.STOPPED for s in watcher.statuses())
+
+
+# Longer than the 30 s cap of the curve every failure once rode (1, 2, 4, 8, 16 s, jittered by 20 %, then
+# 30 s): at 40 s that curve is in a wait of 25 s or more; with the no-answer curve the wait is 1 s at most.
+OUTAGE_SEC = 40.0
+RETURN_HEARD_SEC = 2.0  # the promise: a changed value is delivered this soon after the server is back
+
+
+def test_a_value_changed_during_a_long_outage_is_delivered_within_2_s_of_the_return(
+    stop: threading.Event, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The production timings and backoff: the fake stopped (connections refused) for longer than the old
+    # backoff's cap, then back on the same port with preempted=TRUE, as on a Spot VM with 30 s of notice.
+    caplog.set_level(logging.INFO, logger="watchdog.metadata.watch")
+    first = FakeMetadataServer(listen="127.0.0.1:0").start()
+    address = first.address
+    with MetadataTransport(address) as transport:
+        watcher = MetadataWatcher(transport, recorder, stop)
+        watcher.start()
+        wait_for(lambda: first.store.waiting() == 3, what="three hanging GETs")
+        first.stop()
+        stopped = time.monotonic()
+        stop.wait(OUTAGE_SEC)  # the outage itself: what the test is about, not a synchronisation
+        refused = [s.error_counts.get(ErrorKind.CONNECTION_REFUSED, 0) for s in watcher.statuses()]
+        back = FakeMetadataServer(listen=address)
+        back.set(PREEMPTED, "TRUE")
+        returned = time.time()  # before it listens: the delay measured is, if anything, too long
+        with back:
+            wait_for(lambda: Preempted(True) in recorder.values(), timeout=10, what="preempted=TRUE")
+            [delivered] = [
+                e for e in recorder.events() if isinstance(e, ValueChanged) and e.value == Preempted(True)
+            ]
+            answered = [r for r in back.requests() if r.path == PREEMPTED and r.status == 200]
+            stop.set()
+            assert watcher.join(5)
+    outage = time.monotonic() - stopped
+    assert answered, "the value came from the server that returned"
+    assert delivered.at - returned <= RETURN_HEARD_SEC, f"{delivered.at - returned:.2f} s after the return"
+    # Bounded while it lasted: no-answer retries 0.25, 0.5, then 1 s apart (jittered down to 0.8 s).
+    assert all(OUTAGE_SEC / 1.25 <= n <= OUTAGE_SEC / 0.8 + 3 for n in refused), refused
+    [line] = [r.getMessage() for r in caplog.records if "answering again" in r.getMessage()]
+    seconds = float(line.removeprefix("metadata server answering again after ").removesuffix(" s"))
+    assert OUTAGE_SEC - 1 <= seconds <= outage

@@ -15,7 +15,7 @@ from watchdog.config.settings import Config, default_config
 from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
 from watchdog.fake.server import FakeMetadataServer
-from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.watch import WatchMode, WatchTiming
 from watchdog.store.statefile import StateStore
 from watchdog.surface.notify import Notifier
@@ -66,7 +66,7 @@ class DaemonHarness:
             metadata_host=fake.address,
             timeout_sec=2,
             timing=FAST,
-            backoff=lambda: Backoff(initial=0.05, cap=0.2),
+            backoff=lambda: WatchBackoff.uniform(initial=0.05, cap=0.2),
             scanner=scanner or OwnScanner(workloads),
             store=store,
             notifier=notifier or Notifier(environ={}),

@@ -35,7 +35,7 @@ from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.daemon.loop import Daemon
 from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
-from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.transport import MetadataTransport
 from watchdog.surface.httpapi import HttpSurface
 from watchdog.surface.notify import Notifier
@@ -118,8 +118,8 @@ def start_host(root: Path, index: int, identity: TpuIdentity, has_env: bool = Tr
     stop = threading.Event()
     wiring = Wiring(
         metadata_host=fake.address, timeout_sec=HANG_SEC, timing=FAST,
-        backoff=lambda: Backoff(initial=0.05, cap=0.5), scanner=OwnScanner(workloads, host_only=True),
-        notifier=Notifier(environ={}),
+        backoff=lambda: WatchBackoff.uniform(initial=0.05, cap=0.5),
+        scanner=OwnScanner(workloads, host_only=True), notifier=Notifier(environ={}),
     )  # fmt: skip
     built = build_daemon(config, stop, wiring)  # host_info on: the daemon asks its metadata server
     daemon, transport = built.daemon, built.transport

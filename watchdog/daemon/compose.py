@@ -25,7 +25,7 @@ from watchdog.daemon.newcomers import CONFIRM_WAIT
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.sighup import ReloadRequests
 from watchdog.host.holders import scanner_for
-from watchdog.metadata.backoff import Backoff
+from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.identity import fetch_identity
 from watchdog.metadata.transport import MetadataTransport, resolve_metadata_host
@@ -44,7 +44,7 @@ class Wiring:
     metadata_host: str | None = None  # "127.0.0.1:PORT" of a fake; None: the config, GCE_METADATA_HOST, GCE
     timeout_sec: int = 60  # the hanging GET's timeout_sec (the real server's habit)
     timing: WatchTiming | None = None
-    backoff: Callable[[], Backoff] | None = None
+    backoff: Callable[[], WatchBackoff] | None = None
     scanner: Scanner | None = None  # None: every process of this PID namespace (`scanner_for(config)`)
     store: StateStore | None = None  # None: the state file in config.state_dir
     notifier: Notifier | None = None  # None: sd_notify to $NOTIFY_SOCKET, if set
@@ -83,7 +83,7 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     def watcher_factory(emit: Callable[[WatchEvent], None]) -> MetadataWatcher:
         return MetadataWatcher(
             transport, emit, stop, timeout_sec=wiring.timeout_sec, timing=wiring.timing,
-            backoff_factory=wiring.backoff or Backoff,
+            backoff_factory=wiring.backoff or WatchBackoff,
         )  # fmt: skip
 
     senders = functools.partial(webhook_sender, metrics=metrics, backoff=wiring.webhook_backoff)

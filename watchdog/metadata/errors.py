@@ -24,6 +24,14 @@ class ErrorKind(enum.Enum):
     OTHER = "other"
 
 
+# The failures with no answer from the server: down, unreachable, gone mid-answer, or its name (which on GCE
+# the metadata server itself resolves) not resolving. The server is link-local, so a watch retries these
+# within about a second (backoff.py): it hears the server's return at once, whatever the outage's length.
+NO_ANSWER = frozenset(
+    {ErrorKind.CONNECTION_REFUSED, ErrorKind.CONNECTION_RESET, ErrorKind.TIMEOUT, ErrorKind.DNS}
+)
+
+
 def kind_for_status(status: int) -> ErrorKind:
     """The kind of a non-2xx HTTP status."""
     if status in (403, 404, 429):

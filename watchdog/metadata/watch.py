@@ -3,9 +3,11 @@
 Each watch reads the value and its ETag, emits it (the first value is a change from "unknown"), then hangs
 with `wait_for_change=true&last_etag=E&timeout_sec=T` and a client read timeout a margin longer than T
 (the guest agent's 60/70). It emits only when the parsed value changed: the server also returns on timeout.
-A failure is classified, emitted as `WatchFailed`, backed off and retried, and is never a value change;
-after one, a plain GET resynchronises before hanging again. Setting `stop` closes the transport, which
-shuts down the sockets of hanging GETs, so every watch ends at once (one stop per transport).
+A failure is classified, emitted as `WatchFailed`, backed off (backoff.py: within about 1 s when the server
+did not answer at all) and retried, and is never a value change; after one, a plain GET resynchronises
+before hanging again. The server's return after an outage is logged once (`Outage`), not once per key.
+Setting `stop` closes the transport, which shuts down the sockets of hanging GETs, so every watch ends at
+once (one stop per transport).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from watchdog.core.metadata_values import (
     UpcomingMaintenance,
     WatchedValue,
 )
-from watchdog.metadata.backoff import Backoff
-from watchdog.metadata.errors import ErrorKind, MetadataError
+from watchdog.metadata.backoff import WatchBackoff
+from watchdog.metadata.errors import NO_ANSWER, ErrorKind, MetadataError
 from watchdog.metadata.keys import DEFAULT_KEYS, KEY_SPECS, KeySpec
 from watchdog.metadata.transport import MetadataResponse, MetadataTransport
 
@@ -92,6 +94,28 @@ class WatchStatus:
     changes: int = 0
 
 
+class Outage:
+    """Since when the server has not answered, shared by the watches of one server, so that its return is
+    said in one line, by the first watch to hear it, not once per key. Any answer ends an outage, an HTTP
+    error too: the server is there again."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._since: float | None = None
+
+    def no_answer(self) -> None:
+        with self._lock:
+            if self._since is None:
+                self._since = self._clock.monotonic()
+
+    def answered(self) -> None:
+        with self._lock:
+            since, self._since = self._since, None
+        if since is not None:
+            log.info("metadata server answering again after %.1f s", self._clock.monotonic() - since)
+
+
 class KeyWatch:
     """Watches one key in its own thread until `stop` is set."""
 
@@ -105,8 +129,9 @@ class KeyWatch:
         timeout_sec: int = 60,
         *,
         timing: WatchTiming | None = None,
-        backoff: Backoff | None = None,
+        backoff: WatchBackoff | None = None,
         spec: KeySpec | None = None,
+        outage: Outage | None = None,
     ) -> None:
         if timeout_sec < 1:
             raise ValueError(f"timeout_sec must be a whole number of seconds >= 1, got {timeout_sec}")
@@ -118,7 +143,8 @@ class KeyWatch:
         self._clock = clock if clock is not None else SystemClock()
         self._timeout_sec = int(timeout_sec)
         self._timing = timing if timing is not None else WatchTiming()
-        self._backoff = backoff if backoff is not None else Backoff()
+        self._backoff = backoff if backoff is not None else WatchBackoff()
+        self._outage = outage if outage is not None else Outage(self._clock)
         self._lock = threading.Lock()
         self._status = WatchStatus(key, WatchMode.HANGING, None, None, None)
         self._etag: str | None = None
@@ -168,10 +194,16 @@ class KeyWatch:
             hanging = not resync and mode is WatchMode.HANGING
             started = self._clock.monotonic()
             try:
-                changed = self._accept(self._fetch(hanging))
+                response = self._fetch(hanging)
+                self._outage.answered()  # said before the value it brings
+                changed = self._accept(response)
             except MetadataError as exc:
                 if self._stop.is_set():
                     return
+                if exc.kind in NO_ANSWER:
+                    self._outage.no_answer()
+                else:
+                    self._outage.answered()
                 if exc.kind is ErrorKind.HTTP_404 and self._spec.unsupported_on_404:
                     self._unsupported()
                     resync = True
@@ -182,13 +214,13 @@ class KeyWatch:
                     continue
                 self._failed(exc)
                 resync = exc.kind is not ErrorKind.MALFORMED_VALUE  # a bad value came with a good ETag
-                self._stop.wait(self._backoff.next_delay())
+                self._stop.wait(self._backoff.next_delay(exc.kind))
                 continue
             except Exception as exc:  # broad on purpose: a watch never dies: log, count, back off, go on
                 log.exception("%s: unexpected failure in the watch", self.key)
                 self._failed(MetadataError(ErrorKind.OTHER, self.key, f"{type(exc).__name__}: {exc}"))
                 resync = True
-                self._stop.wait(self._backoff.next_delay())
+                self._stop.wait(self._backoff.next_delay(ErrorKind.OTHER))
                 continue
             resync = False
             self._backoff.reset()
@@ -297,10 +329,21 @@ class MetadataWatcher:
         timeout_sec: int = 60,
         *,
         timing: WatchTiming | None = None,
-        backoff_factory: Callable[[], Backoff] = Backoff,
+        backoff_factory: Callable[[], WatchBackoff] = WatchBackoff,
     ) -> None:
+        outage = Outage(clock if clock is not None else SystemClock())
         self.watches = [
-            KeyWatch(key, transport, emit, stop, clock, timeout_sec, timing=timing, backoff=backoff_factory())
+            KeyWatch(
+                key,
+                transport,
+                emit,
+                stop,
+                clock,
+                timeout_sec,
+                timing=timing,
+                backoff=backoff_factory(),
+                outage=outage,
+            )
             for key in keys
         ]
 
