@@ -5,7 +5,7 @@
 # `.ci/run` runs it after `make test`; not part of `make test` itself (its own venv, a second run).
 #
 #   packaging/deb/check-jammy-versions.sh [PYTEST ARGS...]
-#       default: tests --ignore=tests/system/test_e2e_jax.py -n JAMMY_WORKERS --dist loadgroup
+#       default: tests --ignore=tests/system/test_e2e_jax.py -n JAMMY_WORKERS --dist loadgroup -rs
 # Env: PY310 (a Python 3.10 interpreter; default: python3.10 on PATH, else the newest 3.10 under pyenv's
 # root), JAMMY_VENV (default build/jammy-venv), JAMMY_WORKERS (pytest-xdist workers, default 4, as `make unit`).
 #
@@ -29,19 +29,24 @@ is_py310() {
     [ -n "$1" ] && "$1" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null
 }
 
-if [ -z "${PY310:-}" ]; then
+if [ -n "${PY310:-}" ]; then
+    if ! is_py310 "$PY310"; then
+        echo "check-jammy-versions: PY310=$PY310 is not a working Python 3.10" >&2
+        exit 2
+    fi
+else
     PY310=$(command -v python3.10 2>/dev/null || true)
     if ! is_py310 "$PY310"; then
-        # pyenv's versions sort as text: the last 3.10.N with N of the most digits is the newest.
+        # The newest 3.10.N under pyenv, by N (zero-padded: as text, 3.10.9 would come after 3.10.13).
         PY310=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.10.* 2>/dev/null \
             | awk -F. '{ printf "%04d %s\n", $NF, $0 }' | sort | tail -n 1 | cut -d' ' -f2-)
         PY310=${PY310:+$PY310/bin/python3.10}
     fi
-fi
-if ! is_py310 "$PY310"; then
-    echo "check-jammy-versions: no Python 3.10 found (${PY310:-none on PATH or under ${PYENV_ROOT:-$HOME/.pyenv}/versions});" \
-        "install one (pyenv install 3.10) or set PY310=/path/to/python3.10" >&2
-    exit 2
+    if ! is_py310 "$PY310"; then
+        echo "check-jammy-versions: no Python 3.10 on PATH or under ${PYENV_ROOT:-$HOME/.pyenv}/versions;" \
+            "install one (pyenv install 3.10) or set PY310=/path/to/python3.10" >&2
+        exit 2
+    fi
 fi
 
 LINT_IMPORTS=${LINT_IMPORTS:-$REPO/.venv/bin/lint-imports}
@@ -71,7 +76,7 @@ echo "check-jammy-versions: $("$VENV/bin/python" --version) with:"
 
 cd "$REPO"
 if [ "$#" -eq 0 ]; then
-    set -- tests --ignore=tests/system/test_e2e_jax.py -n "$WORKERS" --dist loadgroup
+    set -- tests --ignore=tests/system/test_e2e_jax.py -n "$WORKERS" --dist loadgroup -rs
 fi
 # The venv's tools first on PATH: tests run `lint-imports`, `ruff` and the like by name. No cache dir: this run
 # must not disturb the main venv's pytest cache.
