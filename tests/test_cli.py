@@ -45,7 +45,7 @@ def test_python_dash_m_runs_the_same_cli() -> None:
 
 
 # The flags each command's --help lists: only those it reads (status once listed every daemon flag).
-DAEMON_FLAGS = {"--config", "--metadata-host", "--device", "--exclude", "--grace", "--preempt-grace",
+DAEMON_FLAGS = {"--config", "--metadata-host", "--device", "--allow-number", "--exclude", "--grace", "--preempt-grace",
                 "--on-timeout", "--state-dir", "--listen", "--dry-run", "--log-level",
                 "--log-format", "--webhook"}  # fmt: skip
 FLAGS = {
@@ -53,6 +53,7 @@ FLAGS = {
     "drill": {
         "--config",
         "--device",
+        "--allow-number",
         "--exclude",
         "--grace",
         "--on-timeout",
@@ -60,7 +61,7 @@ FLAGS = {
         "--yes",
         "--state-dir",
     },
-    "readiness": {"--config", "--device", "--exclude", "--json"},
+    "readiness": {"--config", "--device", "--allow-number", "--exclude", "--json"},
     "history": {"--config", "--state-dir", "--json", "--limit"},
     "run": DAEMON_FLAGS,
     "config": DAEMON_FLAGS | {"--json"},

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # What a drain uses; --grace is the rehearsed grace (the maintenance grace, 300 s by default).
     add_config_arguments(
         parser,
-        only=("--config", "--device", "--exclude", "--grace", "--on-timeout", "--dry-run", "--state-dir"),
+        only=("--config", "--device", "--allow-number", "--exclude", "--grace", "--on-timeout", "--dry-run", "--state-dir"),
     )
     parser.add_argument("--yes", action="store_true", help="signal without asking first (on a terminal)")
 

@@ -49,7 +49,7 @@ CANNOT_KNOW = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The devices and excludes the daemon uses: judge what a drain would signal.
-    add_config_arguments(parser, only=("--config", "--device", "--exclude"))
+    add_config_arguments(parser, only=("--config", "--device", "--allow-number", "--exclude"))
     parser.add_argument("--json", action="store_true", help="print a JSON list, one verdict per holder")
 
 

@@ -156,6 +156,16 @@ SETTINGS: tuple[Setting, ...] = (
         'a list of absolute paths whose holders are drained too, e.g. ["/tmp/libtpu_lockfile"]',
     ),
     Setting(
+        "devices.allow_numbers",
+        "allow_numbers",
+        (),
+        v.device_numbers,
+        lambda text: v.device_numbers(v.list_text(text)),
+        'a list of device numbers "MAJOR:MINOR" watched whatever sysfs says of them (odd hardware, tests), '
+        'e.g. ["240:0"]',
+        "--allow-number",
+    ),
+    Setting(
         "exclude.pids",
         "exclude_pids",
         (),

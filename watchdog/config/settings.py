@@ -75,6 +75,7 @@ class Config:
     metadata_host: str | None  # None: GCE_METADATA_HOST, else metadata.google.internal
     devices: tuple[str, ...]  # path globs of the TPU device files
     extra_paths: tuple[str, ...]
+    allow_numbers: tuple[str, ...]  # "MAJ:MIN" watched whatever sysfs says (docs/devices.md)
     exclude_pids: tuple[int, ...]
     exclude_names: tuple[str, ...]
     exclude_uids: tuple[int, ...]
@@ -134,6 +135,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, only: Collection[str] 
         metavar="GLOB",
         action="append",
         help="a TPU device path glob; repeat for more (replaces the list)",
+    )
+    group.add_argument(
+        "--allow-number",
+        metavar="MAJ:MIN",
+        action="append",
+        help="watch this device number whatever sysfs says of it; repeatable (replaces the list)",
     )
     group.add_argument(
         "--exclude",
@@ -265,6 +272,9 @@ def _flag_values(args: argparse.Namespace) -> list[tuple[Setting, str, object]]:
     devices = getattr(args, "device", None)
     if devices:
         given.append((BY_KEY["devices.patterns"], "--device", [_as_typed(d) for d in devices]))
+    numbers = getattr(args, "allow_number", None)
+    if numbers:
+        given.append((BY_KEY["devices.allow_numbers"], "--allow-number", [_as_typed(n) for n in numbers]))
     webhooks = getattr(args, "webhook", None)
     if webhooks:
         given.append((BY_KEY["notify.webhooks"], "--webhook", [_as_typed(w) for w in webhooks]))

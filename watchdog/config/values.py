@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from watchdog.core.devices import everyone_holds, number_text, parse_number
 from watchdog.core.redaction import redacted_url
 
 if sys.version_info >= (3, 11):
@@ -330,3 +331,21 @@ def webhook_urls_text(text: str, *, maximum: int) -> tuple[str, ...]:
             ) from None
         return webhook_urls(items, maximum=maximum)
     return webhook_urls([word for word in re.split(r"[,\s]+", stripped) if word], maximum=maximum)
+
+
+def device_numbers(value: object) -> tuple[str, ...]:
+    """Device numbers "MAJ:MIN", written back normalised; never one nearly every process holds (/dev/null,
+    a terminal): naming it would make every process a TPU holder."""
+    result = []
+    for item in strings(value):
+        try:
+            number = parse_number(item)
+        except ValueError as error:
+            raise BadValueError(str(error)) from None
+        if everyone_holds(*number):
+            raise BadValueError(
+                f"{show(item)} is a device nearly every process holds (/dev/null, /dev/zero, /dev/urandom, "
+                "a terminal): it is never a TPU device"
+            )
+        result.append(number_text(number))
+    return tuple(dict.fromkeys(result))

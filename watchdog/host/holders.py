@@ -1,4 +1,5 @@
-"""Which processes hold the TPU device files open: device patterns, the scan, and who is never reported.
+"""Which processes hold the TPU device files open: the scan, and who is never reported (which files are
+TPU devices: host/devices.py).
 
 A process holds the TPU if one of its fds points at a matched device node, found by the path it sees
 (`/proc/PID/fd/N` -> `/dev/accel0`) or, when the process sees the node under another path (a container's own
@@ -14,15 +15,14 @@ excludes. Processes that vanish, refuse us, or are zombies are counted in the `S
 from __future__ import annotations
 
 import dataclasses
-import glob
-import logging
 import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from watchdog.core.devices import MatchedDevice, parse_number
 from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.host.devices import SYS, DeviceSet, find_devices
 from watchdog.host.procfs import KTHREADD_PID, ProcessGoneError, ProcessUnreadableError, Procfs, pick_cgroup
 from watchdog.host.workload import WorkloadReader
 
@@ -43,24 +43,6 @@ class Excludes:
     uids: frozenset[int] = frozenset()
 
 
-@dataclass(frozen=True)
-class DeviceSet:
-    """What one scan looks for: the matched paths, the device numbers of the matched char/block nodes, and
-    the (st_dev, st_ino) of every matched file (so a lock file is found through another path too)."""
-
-    paths: frozenset[str] = frozenset()
-    rdevs: frozenset[int] = frozenset()
-    inodes: frozenset[tuple[int, int]] = frozenset()
-
-    def __bool__(self) -> bool:
-        return bool(self.paths)
-
-    def matches_stat(self, st: os.stat_result) -> bool:
-        if (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) and st.st_rdev in self.rdevs:
-            return True
-        return (st.st_dev, st.st_ino) in self.inodes
-
-
 class ScanSettings(Protocol):
     """What `scanner_for` reads. The configuration (`Config`) has these: named here so that host/ need not
     import the configuration (and `holders` starts without it)."""
@@ -70,6 +52,8 @@ class ScanSettings(Protocol):
     @property
     def extra_paths(self) -> Iterable[str]: ...
     @property
+    def allow_numbers(self) -> Iterable[str]: ...
+    @property
     def exclude_pids(self) -> Iterable[int]: ...
     @property
     def exclude_names(self) -> Iterable[str]: ...
@@ -77,67 +61,18 @@ class ScanSettings(Protocol):
     def exclude_uids(self) -> Iterable[int]: ...
 
 
-log = logging.getLogger(__name__)
-
-# Device numbers nearly every process holds open (/dev/null, /dev/zero, /dev/urandom, terminals). A pattern
-# that matches one of these (a typo such as "/dev/*") would make every process a "TPU holder" and a drain
-# would SIGTERM the whole machine: such nodes are never matched, and the refusal is logged once.
-_MEM_MAJOR, _TTY_MAJORS, _PTS_MAJORS = 1, (4, 5), range(136, 144)
-_EVERYBODYS = {(_MEM_MAJOR, 3), (_MEM_MAJOR, 5), (_MEM_MAJOR, 9)}
-_refused: set[str] = set()
-
-
-def shared_by_everyone(rdev: int) -> bool:
-    """True for the device numbers of /dev/null, /dev/zero, /dev/urandom and every terminal."""
-    major, minor = os.major(rdev), os.minor(rdev)
-    return (major, minor) in _EVERYBODYS or major in _TTY_MAJORS or major in _PTS_MAJORS
-
-
-def find_devices(patterns: Iterable[str], extra_paths: Iterable[str] = ()) -> DeviceSet:
-    """Glob the patterns now (nodes appear and disappear) and stat what matched. A path that vanishes
-    between the glob and the stat is left out."""
-    candidates = {path for pattern in patterns for path in glob.glob(pattern)}
-    candidates.update(extra_paths)
-    paths: set[str] = set()
-    rdevs: set[int] = set()
-    inodes: set[tuple[int, int]] = set()
-    for path in candidates:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            continue  # e.g. /dev/vfio/devices/ on newer kernels: a directory, not something held
-        is_device = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-        if is_device and shared_by_everyone(st.st_rdev):
-            if path not in _refused:
-                _refused.add(path)
-                log.error(
-                    "device pattern matched %s (%d:%d), which nearly every process holds: never treated as "
-                    "a TPU device; fix devices.patterns",
-                    path, os.major(st.st_rdev), os.minor(st.st_rdev),
-                )  # fmt: skip
-            continue
-        paths.add(path)
-        real = os.path.realpath(path)
-        paths.add(real)  # a symlinked pattern (/dev/accel -> ...) is held under its real path
-        inodes.add((st.st_dev, st.st_ino))
-        if is_device:
-            rdevs.add(st.st_rdev)
-    return DeviceSet(frozenset(paths), frozenset(rdevs), frozenset(inodes))
-
-
 @dataclass(frozen=True)
 class ScanResult:
     """One scan: who holds the devices, which device paths matched, and what could not be looked at."""
 
     holders: tuple[Holder, ...]
-    devices: tuple[str, ...]
+    devices: tuple[str, ...]  # the watched paths
     scanned: int = 0  # processes whose fds were read
     vanished: int = 0  # exited while we read them
     unreadable: int = 0  # the kernel refused (EACCES/EPERM)
     zombies: int = 0  # exited, not yet reaped: no fds, nothing to signal
     excluded: int = 0  # holders left out: kernel threads and the excludes (PID 1, self, parent: not read)
+    matched: tuple[MatchedDevice, ...] = ()  # every path the patterns matched, refused ones too, judged
 
 
 @dataclass
@@ -164,6 +99,8 @@ class HolderScanner:
         proc_root: str = "/proc",
         workers: int = 1,
         node_root: str | None = None,
+        allow_numbers: Iterable[tuple[int, int]] = (),
+        sys_root: str = SYS,
     ) -> None:
         self.patterns = tuple(patterns)
         self.extra_paths = tuple(extra_paths)
@@ -171,9 +108,13 @@ class HolderScanner:
         self.procfs = Procfs(proc_root)
         self.workers = workers
         self.workloads = WorkloadReader(proc_root, node_root)  # node_root: the kubelet's files (None: found)
+        self.allow_numbers = tuple(allow_numbers)
+        self.sys_root = sys_root
 
     def devices(self) -> DeviceSet:
-        return find_devices(self.patterns, self.extra_paths)
+        """The patterns' nodes now, each judged by `core/devices.py`'s rule (the one place: the daemon,
+        `holders`, `drill` and `readiness` all scan through this)."""
+        return find_devices(self.patterns, self.extra_paths, self.allow_numbers, self.sys_root)
 
     def _devices_held(self, pid: int, devices: DeviceSet, seen: SeenPaths) -> list[str] | None:
         """The device paths (as the process sees them) that `pid` holds, or None if it has no fds at all
@@ -219,7 +160,7 @@ class HolderScanner:
         while matching by path only: the readlinks are the cost either way."""
         devices = self.devices()
         if not devices:
-            return ScanResult(holders=(), devices=())
+            return ScanResult(holders=(), devices=(), matched=devices.matched)
         never = {1, os.getpid(), os.getppid(), *self.excludes.pids}
         pids = [pid for pid in self.procfs.pids() if pid not in never]
         seen: SeenPaths = {}
@@ -254,6 +195,7 @@ class HolderScanner:
             unreadable=sum(t.unreadable for t in tallies),
             zombies=sum(t.zombies for t in tallies),
             excluded=sum(t.excluded for t in tallies),
+            matched=devices.matched,
         )
 
     def recheck(self, holders: Iterable[Holder]) -> list[Holder]:
@@ -347,6 +289,7 @@ def scanner_for(config: ScanSettings) -> HolderScanner:
     return HolderScanner(
         patterns=config.devices,
         extra_paths=config.extra_paths,
+        allow_numbers=[parse_number(text) for text in config.allow_numbers],
         excludes=Excludes(
             pids=frozenset(config.exclude_pids),
             names=frozenset(config.exclude_names),
