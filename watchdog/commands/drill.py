@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
+from watchdog.core.devices import notes_text
 from watchdog.core.drain_record import Death, DrainRecord, End, Loss, ProcessRecord, SignalResult
 from watchdog.core.lifecycle import drain_id_at
 from watchdog.core.process import Holder
@@ -50,7 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # What a drain uses; --grace is the rehearsed grace (the maintenance grace, 300 s by default).
     add_config_arguments(
         parser,
-        only=("--config", "--device", "--allow-number", "--exclude", "--grace", "--on-timeout", "--dry-run", "--state-dir"),
+        only=(
+            "--config",
+            "--device",
+            "--allow-number",
+            "--exclude",
+            "--grace",
+            "--on-timeout",
+            "--dry-run",
+            "--state-dir",
+        ),
     )
     parser.add_argument("--yes", action="store_true", help="signal without asking first (on a terminal)")
 
@@ -135,8 +145,12 @@ def run(args: argparse.Namespace) -> int:
     from watchdog.daemon.drain import DrainListener
 
     out = sys.stdout
+    from watchdog.host.holders import ScanResult
+
     drill = build_drill(config)
-    holders = drill.scanner.scan().holders
+    scanned = drill.scanner.scan()
+    holders = scanned.holders
+    sys.stderr.write(notes_text(scanned.matched) if isinstance(scanned, ScanResult) else "")
     if not holders:
         out.write(f"nothing holds a TPU device ({' '.join(config.devices)}): nothing to rehearse\n")
         return EXIT_NOTHING_TO_DRILL

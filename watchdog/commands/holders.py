@@ -14,8 +14,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from watchdog.core.devices import notes_text, parse_number
 from watchdog.core.process import Holder
 from watchdog.exitcodes import EXIT_NO_HOLDERS, EXIT_OK, EXIT_USAGE
+from watchdog.host.devices import SYS
 from watchdog.host.holders import DEFAULT_PATTERNS, HolderScanner, ScanResult
 
 if TYPE_CHECKING:  # typing only: psutil is imported when there are holders to describe
@@ -46,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="another file whose holders count, repeatable (e.g. /tmp/libtpu_lockfile)",
     )
+    parser.add_argument(
+        "--allow-number",
+        action="append",
+        metavar="MAJ:MIN",
+        dest="allow_numbers",
+        default=[],
+        help="a device number watched whatever sysfs says of it, repeatable (as devices.allow_numbers)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list of holders instead of a table")
     parser.add_argument(
         "--proc-root", default="/proc", metavar="DIR", help="the proc tree to read (default /proc)"
@@ -55,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where the node's kubelet files are (DIR/var/lib/kubelet, DIR/var/log/pods; default: as PID 1 "
         "sees them, then /)",
+    )
+    parser.add_argument(
+        "--sys-root", default=SYS, metavar="DIR", help="the sysfs tree that classifies devices (default /sys)"
     )
 
 
@@ -116,7 +129,7 @@ def _row(h: Holder, facts: HolderFacts | None) -> tuple[str, ...]:
 
 def _summary(result: ScanResult, patterns: Sequence[str]) -> str:
     if not result.devices:
-        return f"no device file matches {' '.join(patterns)}"
+        return f"no TPU device file matches {' '.join(patterns)}"
     skipped = []
     if result.unreadable:
         skipped.append(f"{result.unreadable} unreadable (run as root to see them)")
@@ -131,14 +144,23 @@ def run(args: argparse.Namespace) -> int:
     if any(not p for p in [*patterns, *args.extra_paths]):
         sys.stderr.write("tpu-watchdog holders: error: --device and --extra-path need a non-empty value\n")
         return EXIT_USAGE
-    for flag, root in (("--proc-root", args.proc_root), ("--node-root", args.node_root)):
+    for flag, root in (
+        ("--proc-root", args.proc_root), ("--node-root", args.node_root), ("--sys-root", args.sys_root)
+    ):
         if root is not None and not os.path.isdir(root):
             sys.stderr.write(f"tpu-watchdog holders: error: {flag} {root}: not a directory\n")
             return EXIT_USAGE
+    try:
+        allowed = [parse_number(text) for text in args.allow_numbers]
+    except ValueError as error:
+        sys.stderr.write(f"tpu-watchdog holders: error: --allow-number: {error}\n")
+        return EXIT_USAGE
     scanner = HolderScanner(
-        patterns=patterns, extra_paths=args.extra_paths, proc_root=args.proc_root, node_root=args.node_root
-    )
+        patterns=patterns, extra_paths=args.extra_paths, proc_root=args.proc_root, node_root=args.node_root,
+        allow_numbers=allowed, sys_root=args.sys_root,
+    )  # fmt: skip
     result = scanner.scan()
+    sys.stderr.write(notes_text(result.matched))
     facts: Facts = {}
     if result.holders:
         from watchdog.host.facts import holder_facts  # psutil: only with holders to describe

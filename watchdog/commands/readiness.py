@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
+from watchdog.core.devices import notes_text
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.exitcodes import EXIT_LOST, EXIT_NOTHING_TO_DRILL, EXIT_OK
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
 def judge(result: ScanResult, devices: Sequence[str], as_json_list: bool, out: TextIO, err: TextIO) -> int:
     """Print the verdicts of one scan; the exit status."""
     holders = result.holders
+    err.write(notes_text(result.matched))
     if result.unreadable:
         err.write(f"note: {result.unreadable} processes could not be read (run as root to see them)\n")
     if not holders:

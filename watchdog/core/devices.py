@@ -16,7 +16,7 @@ and `devices.allow_numbers` accepts the numbers an operator (or a test) names.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 GOOGLE_PCI_VENDOR = "0x1ae0"  # /sys/bus/pci/devices/*/vendor of every TPU chip (JAX, tpu-info, Ray read it)
@@ -170,3 +170,27 @@ class MatchedDevice:
             "watched": self.watched,
             "why": self.judgement.why,
         }
+
+
+def notes(matched: Iterable[MatchedDevice]) -> list[tuple[bool, str]]:
+    """What an operator must hear about the matched paths: (a warning?, the sentence) for each refused,
+    unidentified or allowed-by-number one; the identified and the files need no word. The daemon logs
+    these at start and on each change; `holders`, `drill` and `readiness` print them."""
+    said: list[tuple[bool, str]] = []
+    for device in matched:
+        verdict = device.judgement.verdict
+        if verdict is Verdict.REFUSED:
+            said.append((True, f"not a TPU device, never watched: {device.describe()}"))
+        elif verdict is Verdict.UNKNOWN and device.number is not None:
+            said.append((True, (
+                f"watched, but not identified as a TPU device: {device.describe()}; if it is none, narrow "
+                f'devices.patterns; if it is, add "{number_text(device.number)}" to devices.allow_numbers'
+            )))  # fmt: skip
+        elif verdict is Verdict.ALLOWED:
+            said.append((False, f"watched by number: {device.describe()}"))
+    return said
+
+
+def notes_text(matched: Iterable[MatchedDevice]) -> str:
+    """`notes` as lines for a command's stderr ("warning: ..." / "note: ..."); "" when there is none."""
+    return "".join(f"{'warning' if warn else 'note'}: {sentence}\n" for warn, sentence in notes(matched))
