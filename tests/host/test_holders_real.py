@@ -5,7 +5,6 @@ test_holders.py)."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import signal
@@ -20,6 +19,7 @@ import pytest
 
 from tests.support.readable import readable
 from tests.support.waiting import wait_for
+from watchdog.core.devices import Verdict
 from watchdog.core.process import ProcessIdentity
 from watchdog.host.holders import HolderScanner
 
@@ -50,8 +50,10 @@ for line in sys.stdin:
 
 
 # /dev/random's driver (1:8): opens anywhere; other tests on this machine use /dev/full's (1:7), and a scan
-# matches by device number, so a different one keeps their children out of these results.
-TEST_RDEV = os.makedev(1, 8)
+# matches by device number, so a different one keeps their children out of these results. Its class is mem
+# (the kernel's own), so the scans here name it in allow_numbers.
+TEST_NUMBER = (1, 8)
+TEST_RDEV = os.makedev(*TEST_NUMBER)
 
 
 class Child:
@@ -122,7 +124,7 @@ def children() -> Iterator[list[Child]]:
 
 def real_scan(node_dir: Path, pids: set[int]) -> dict[int, tuple[str, ...]]:
     """pid -> devices for the processes of interest (the machine runs other things too)."""
-    result = HolderScanner(patterns=(f"{node_dir}/accel*",)).scan()
+    result = HolderScanner(patterns=(f"{node_dir}/accel*",), allow_numbers=[TEST_NUMBER]).scan()
     return {h.pid: h.devices for h in result.holders if h.pid in pids}
 
 
@@ -136,7 +138,7 @@ def test_real_child_is_found_with_its_identity(node_dir: Path, children: list[Ch
     children.append(child)
     idle = Child([])
     children.append(idle)
-    result = HolderScanner(patterns=(f"{node_dir}/accel*",)).scan()
+    result = HolderScanner(patterns=(f"{node_dir}/accel*",), allow_numbers=[TEST_NUMBER]).scan()
     mine = [h for h in result.holders if h.pid in (child.pid, idle.pid)]
     assert len(mine) == 1
     holder = mine[0]
@@ -154,7 +156,7 @@ def test_real_child_of_another_user(node_dir: Path, children: list[Child]) -> No
     child = Child([node_dir / "accel1"], uid=65534)
     children.append(child)
     wait_for(lambda: os.stat(f"/proc/{child.pid}").st_uid == 65534, what="the child to drop root")
-    result = HolderScanner(patterns=(f"{node_dir}/accel*",)).scan()
+    result = HolderScanner(patterns=(f"{node_dir}/accel*",), allow_numbers=[TEST_NUMBER]).scan()
     assert [h.uid for h in result.holders if h.pid == child.pid] == [65534]
 
 
@@ -185,7 +187,7 @@ def test_process_forked_by_a_holder_is_found_too(node_dir: Path, children: list[
     child = Child([node_dir / "accel0"])
     children.append(child)
     grandchild = child.fork()
-    result = HolderScanner(patterns=(f"{node_dir}/accel*",)).scan()
+    result = HolderScanner(patterns=(f"{node_dir}/accel*",), allow_numbers=[TEST_NUMBER]).scan()
     found = {h.pid: h for h in result.holders if h.pid in (child.pid, grandchild)}
     assert set(found) == {child.pid, grandchild}
     assert found[grandchild].ppid == child.pid
@@ -206,7 +208,7 @@ def test_unprivileged_scan_counts_what_it_cannot_read(node_dir: Path, children: 
                 os.close(read_end)
                 os.setgid(65534)
                 os.setuid(65534)
-                result = HolderScanner(patterns=(f"{top}/accel*",)).scan()
+                result = HolderScanner(patterns=(f"{top}/accel*",), allow_numbers=[TEST_NUMBER]).scan()
                 os.write(
                     write_end, f"{len(result.devices)} {len(result.holders)} {result.unreadable}".encode()
                 )
@@ -277,7 +279,7 @@ def test_real_zombie_is_counted_not_reported(node_dir: Path) -> None:
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         wait_for(lambda: stat_fields(zombie.pid)[0] == "Z", timeout=30, what="the child to become a zombie")
-        result = HolderScanner(patterns=(f"{node_dir}/accel*",)).scan()
+        result = HolderScanner(patterns=(f"{node_dir}/accel*",), allow_numbers=[TEST_NUMBER]).scan()
         assert result.zombies >= 1
         assert zombie.pid not in {h.pid for h in result.holders}
     finally:
@@ -285,17 +287,42 @@ def test_real_zombie_is_counted_not_reported(node_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(("major", "minor"), [(1, 3), (1, 5), (1, 9), (5, 0), (136, 0)])
-def test_a_pattern_matching_a_node_everyone_holds_is_refused(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, major: int, minor: int
-) -> None:
-    """A pattern typo like "/dev/*" must never turn every process holding /dev/null into a TPU holder."""
+def test_a_pattern_matching_a_node_everyone_holds_is_refused(tmp_path: Path, major: int, minor: int) -> None:
+    """A pattern typo like "/dev/*" must never turn every process holding /dev/null into a TPU holder, even
+    when devices.allow_numbers names it (the configuration refuses that too)."""
     node = tmp_path / "null-alike"
     try:
         os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(major, minor))
     except OSError as error:
         pytest.skip(f"mknod is not possible here: {error}")
-    with caplog.at_level(logging.ERROR):
-        result = HolderScanner(patterns=(str(node),)).scan()
+    result = HolderScanner(patterns=(str(node),), allow_numbers=[(major, minor)]).scan()
     assert result.holders == ()
     assert result.devices == ()
-    assert "nearly every process holds" in caplog.text
+    (matched,) = result.matched
+    assert matched.judgement.verdict is Verdict.REFUSED
+    assert "nearly every process holds" in matched.judgement.why
+
+
+# The kernel's own devices a broad pattern could match, by the real sysfs's class: journald holds /dev/kmsg,
+# everyone may hold /dev/random, gcsfuse holds /dev/fuse. None is ever a TPU device.
+KERNEL_NODES = [("kmsg", (1, 11), "mem"), ("random", (1, 8), "mem"), ("fuse", (10, 229), "misc")]
+
+
+@pytest.mark.parametrize(("name", "number", "cls"), KERNEL_NODES, ids=[n for n, _, _ in KERNEL_NODES])
+def test_a_kernel_device_under_a_broad_pattern_never_makes_a_holder(
+    tmp_path: Path, children: list[Child], name: str, number: tuple[int, int], cls: str
+) -> None:
+    """A real child holds a node numbered like /dev/kmsg (/dev/random, /dev/fuse) in a directory a broad
+    pattern covers: the real /sys says its class, so it is refused and the child is nobody's TPU holder."""
+    if not os.path.exists(f"/sys/dev/char/{number[0]}:{number[1]}"):
+        pytest.skip(f"this kernel has no {name} device ({number[0]}:{number[1]})")
+    node = tmp_path / name
+    os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(*number))
+    child = Child([node])
+    children.append(child)
+    result = HolderScanner(patterns=(f"{tmp_path}/*",)).scan()
+    assert child.pid not in {h.pid for h in result.holders}
+    assert result.devices == ()
+    (matched,) = result.matched
+    assert (matched.facts.subsystem, matched.judgement.verdict) == (cls, Verdict.REFUSED)
+    assert matched.judgement.why == f"class {cls}: one of the kernel's own devices"

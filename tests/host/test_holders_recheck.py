@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 
-from tests.support.workloads import OwnScanner, Workloads
+from tests.support.workloads import TEST_NUMBER, OwnScanner, Workloads
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.host.holders import HolderScanner
@@ -14,7 +14,7 @@ from watchdog.host.holders import HolderScanner
 def test_a_holder_still_holding_is_kept_with_what_it_holds(workloads: Workloads) -> None:
     child = workloads.start("report")
     (indexed,) = OwnScanner(workloads).scan().holders
-    (again,) = HolderScanner(patterns=[str(workloads.device)]).recheck([indexed])
+    (again,) = HolderScanner(patterns=[str(workloads.device)], allow_numbers=[TEST_NUMBER]).recheck([indexed])
     assert again.identity == child.identity
     assert again.devices == indexed.devices
 
@@ -31,14 +31,14 @@ def test_released_gone_and_reused_pids_are_dropped(workloads: Workloads) -> None
         next(h for h in index if h.identity == kept.identity),
         identity=ProcessIdentity(kept.identity.pid, kept.identity.start_time + 1),
     )
-    found = HolderScanner(patterns=[str(workloads.device)]).recheck([*index, stale])
+    found = HolderScanner(patterns=[str(workloads.device)], allow_numbers=[TEST_NUMBER]).recheck([*index, stale])
     assert [h.identity for h in found] == [kept.identity]
 
 
 def test_nothing_matching_the_patterns_means_nobody(workloads: Workloads) -> None:
     workloads.start("report")
     index = OwnScanner(workloads).scan().holders
-    assert HolderScanner(patterns=[str(workloads.device) + ".absent"]).recheck(index) == []
+    assert HolderScanner(patterns=[str(workloads.device) + ".absent"], allow_numbers=[TEST_NUMBER]).recheck(index) == []
 
 
 def test_the_sigterm_disposition_is_read_again_not_taken_from_the_index(workloads: Workloads) -> None:
@@ -48,5 +48,5 @@ def test_the_sigterm_disposition_is_read_again_not_taken_from_the_index(workload
     (indexed,) = OwnScanner(workloads).scan().holders
     assert indexed.sigterm is SigtermDisposition.CAUGHT
     stale = dataclasses.replace(indexed, sigterm=SigtermDisposition.DEFAULT)  # as an earlier scan saw it
-    (again,) = HolderScanner(patterns=[str(workloads.device)]).recheck([stale])
+    (again,) = HolderScanner(patterns=[str(workloads.device)], allow_numbers=[TEST_NUMBER]).recheck([stale])
     assert again.sigterm is SigtermDisposition.CAUGHT

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.waiting import wait_for
-from tests.support.workloads import OwnScanner, Workloads
+from tests.support.workloads import TEST_ALLOW, OwnScanner, Workloads
 from watchdog.config.settings import Config, default_config
 from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
@@ -36,6 +36,7 @@ def harness_config(state_dir: Path, workloads: Workloads, **overrides: Any) -> C
     base = dataclasses.replace(
         default_config(),
         devices=(str(workloads.device),),
+        allow_numbers=(TEST_ALLOW,),  # make_device's node: /dev/full's numbers, class mem
         state_dir=str(state_dir),
         maintenance_grace=30.0,
         preemption_grace=2.0,

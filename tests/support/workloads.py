@@ -73,12 +73,20 @@ while True:
 """
 
 
+# /dev/full's numbers: what `make_device` nodes carry. sysfs says class mem (the kernel's own), which is never
+# a TPU device, so whatever scans such a node names this number in devices.allow_numbers (`--allow-number`).
+TEST_NUMBER = (1, 7)
+TEST_ALLOW = "1:7"
+
+
 def make_device(directory: Path, name: str = "accel0") -> Path:
-    """A real character device node on ext4, like /dev/accel0. Its numbers are /dev/full's (1,7), not
-    /dev/null's (1,3): the scanner also matches by device number, and nearly every process holds /dev/null
-    (a drain over such a scan would signal them all: `OwnScanner` is the guard against that)."""
+    """A real character device node on ext4, like /dev/accel0, that any process can open. Its numbers are
+    /dev/full's (TEST_NUMBER), not /dev/null's (1,3): the scanner also matches by device number, and nearly
+    every process holds /dev/null (a drain over such a scan would signal them all: `OwnScanner` is the guard
+    against that). A scan watches it only when told to (TEST_ALLOW in devices.allow_numbers): the rule
+    refuses the kernel's own devices. `UniqueDevice`'s numbers need no such word."""
     path = directory / name
-    os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+    os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(*TEST_NUMBER))
     return path
 
 
@@ -273,7 +281,9 @@ class OwnScanner:
 
     def __init__(self, workloads: Workloads, host_only: bool = False, node_root: str | None = None) -> None:
         self.workloads = workloads
-        self.inner = HolderScanner(patterns=[str(workloads.device)], node_root=node_root)
+        self.inner = HolderScanner(
+            patterns=[str(workloads.device)], node_root=node_root, allow_numbers=[TEST_NUMBER]
+        )
         if host_only:
             self.inner.procfs = HostProcfs(workloads)
 
