@@ -45,8 +45,8 @@ def test_python_dash_m_runs_the_same_cli() -> None:
 
 
 # The flags each command's --help lists: only those it reads (status once listed every daemon flag).
-DAEMON_FLAGS = {"--config", "--metadata-host", "--device", "--allow-number", "--exclude", "--grace", "--preempt-grace",
-                "--on-timeout", "--state-dir", "--listen", "--dry-run", "--log-level",
+DAEMON_FLAGS = {"--config", "--metadata-host", "--device", "--allow-number", "--exclude", "--grace",
+                "--preempt-grace", "--on-timeout", "--state-dir", "--listen", "--dry-run", "--log-level",
                 "--log-format", "--webhook"}  # fmt: skip
 FLAGS = {
     "status": {"--config", "--listen", "--state-dir", "--json"},

@@ -31,14 +31,21 @@ def test_released_gone_and_reused_pids_are_dropped(workloads: Workloads) -> None
         next(h for h in index if h.identity == kept.identity),
         identity=ProcessIdentity(kept.identity.pid, kept.identity.start_time + 1),
     )
-    found = HolderScanner(patterns=[str(workloads.device)], allow_numbers=[TEST_NUMBER]).recheck([*index, stale])
+    found = HolderScanner(patterns=[str(workloads.device)], allow_numbers=[TEST_NUMBER]).recheck(
+        [*index, stale]
+    )
     assert [h.identity for h in found] == [kept.identity]
 
 
 def test_nothing_matching_the_patterns_means_nobody(workloads: Workloads) -> None:
     workloads.start("report")
     index = OwnScanner(workloads).scan().holders
-    assert HolderScanner(patterns=[str(workloads.device) + ".absent"], allow_numbers=[TEST_NUMBER]).recheck(index) == []
+    assert (
+        HolderScanner(patterns=[str(workloads.device) + ".absent"], allow_numbers=[TEST_NUMBER]).recheck(
+            index
+        )
+        == []
+    )
 
 
 def test_the_sigterm_disposition_is_read_again_not_taken_from_the_index(workloads: Workloads) -> None:

@@ -145,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("tpu-watchdog holders: error: --device and --extra-path need a non-empty value\n")
         return EXIT_USAGE
     for flag, root in (
-        ("--proc-root", args.proc_root), ("--node-root", args.node_root), ("--sys-root", args.sys_root)
+        ("--proc-root", args.proc_root),
+        ("--node-root", args.node_root),
+        ("--sys-root", args.sys_root),
     ):
         if root is not None and not os.path.isdir(root):
             sys.stderr.write(f"tpu-watchdog holders: error: {flag} {root}: not a directory\n")
