@@ -46,7 +46,7 @@ sys.stdin.read()
 DRIVER = r"""
 import subprocess, sys
 from pathlib import Path
-from tests.support.workloads import Child, make_device
+from tests.support.workloads import TEST_ALLOW, Child, make_device
 device = make_device(Path(sys.argv[1]))
 children = [Child(mode, device) for mode in sys.argv[2].split(",") if mode]
 for child in children:
@@ -56,7 +56,8 @@ jax = [subprocess.Popen([sys.executable, "-c", sys.argv[4], str(device), kind], 
 for proc in jax:
     assert proc.stdout.readline().strip() == "ready"
 print("pids:", ",".join(str(c.popen.pid) for c in children), ",".join(str(p.pid) for p in jax), flush=True)
-done = subprocess.run([sys.executable, "-m", "watchdog", "readiness", "--device", str(device), *sys.argv[5:]])
+done = subprocess.run([sys.executable, "-m", "watchdog", "readiness", "--device", str(device),
+                       "--allow-number", TEST_ALLOW, *sys.argv[5:]])
 alive = [c.alive() for c in children] + [p.poll() is None for p in jax]
 print("alive:", ",".join(map(str, alive)), flush=True)
 for child in children:

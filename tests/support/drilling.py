@@ -21,7 +21,7 @@ needs_unshare = pytest.mark.skipif(shutil.which("unshare") is None, reason="need
 DRIVER = r"""
 import os, pty, subprocess, sys
 from pathlib import Path
-from tests.support.workloads import Child, make_device
+from tests.support.workloads import TEST_ALLOW, Child, make_device
 device = make_device(Path(sys.argv[1]))
 children = [Child(mode, device) for mode in sys.argv[2].split(",") if mode]
 for child in children:
@@ -31,7 +31,8 @@ if "ANSWER" in os.environ:
     typed, stdin = pty.openpty()
     os.write(typed, os.environ["ANSWER"].encode() + b"\n")
 drill = subprocess.run(
-    [sys.executable, "-m", "watchdog", "drill", "--device", str(device), *sys.argv[3:]], stdin=stdin
+    [sys.executable, "-m", "watchdog", "drill", "--device", str(device), "--allow-number", TEST_ALLOW,
+     *sys.argv[3:]], stdin=stdin
 )
 print("alive:", ",".join(str(c.alive()) for c in children), flush=True)
 for child in children:

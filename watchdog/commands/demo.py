@@ -73,11 +73,17 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.05)
 
 
+# The demo's device node carries /dev/full's numbers, which any process can open. sysfs says class mem (the
+# kernel's own), never a TPU device, so the demo's daemons name it in devices.allow_numbers (and say so).
+DEMO_NUMBER = (1, 7)
+DEMO_ALLOW = "1:7"
+
+
 def make_device(directory: Path) -> Path:
-    """A character device node like /dev/accel0 (numbers of /dev/full); a plain file if mknod is refused."""
+    """A character device node like /dev/accel0 (DEMO_NUMBER); a plain file if mknod is refused."""
     path = directory / "accel0"
     try:
-        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(*DEMO_NUMBER))
         sys.stdout.write(f"simulated TPU device: {path} (a character device node, like /dev/accel0)\n")
     except OSError as error:
         path.touch()
@@ -137,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
             stdout=subprocess.PIPE, text=True, env=_importing_watchdog(),
         )  # fmt: skip
         threading.Thread(target=relay, args=(trainer.stdout, "trainer"), daemon=True).start()
-        scanner = OnlyThese(HolderScanner(patterns=(str(device),)), {trainer.pid})
+        scanner = OnlyThese(
+            HolderScanner(patterns=(str(device),), allow_numbers=[DEMO_NUMBER]), {trainer.pid}
+        )
         job = trainer
 
         def holding() -> bool:
@@ -149,7 +157,11 @@ def run(args: argparse.Namespace) -> int:
 
         say("3. the daemon: watching the metadata server, ready to drain")
         config = dataclasses.replace(
-            default_config(), devices=(str(device),), state_dir=str(tmp / "state"), log_level="info"
+            default_config(),
+            devices=(str(device),),
+            allow_numbers=(DEMO_ALLOW,),
+            state_dir=str(tmp / "state"),
+            log_level="info",
         )
         wiring = Wiring(
             metadata_host=fake.address, timeout_sec=10, scanner=scanner, notifier=Notifier(environ={}),
@@ -228,7 +240,8 @@ def run_multihost(args: argparse.Namespace) -> int:
         say("1. two simulated TPU hosts: each its own PID namespace and /proc, metadata server, device node "
             "and tpu-watchdog run")  # fmt: skip
         # make_device's numbers (/dev/full's) are safe here: each daemon sees only its own host's processes.
-        with Cluster(tmp, job, make_device, "[drain]\nmaintenance_grace = 60\n") as hosts:
+        config = f'[devices]\nallow_numbers = ["{DEMO_ALLOW}"]\n[drain]\nmaintenance_grace = 60\n'
+        with Cluster(tmp, job, make_device, config) as hosts:
             for host in hosts.hosts:
                 sys.stdout.write(f"{host.name}: metadata {host.fake.address}, daemon http://127.0.0.1:"
                                  f"{host.port}/status, device {host.device}\n")  # fmt: skip
