@@ -43,7 +43,8 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "watchdog", "run", "--config", str(tmp / "empty.toml"),
              "--metadata-host", fake.address, "--device", str(device), "--allow-number", TEST_ALLOW,
-             "--state-dir", str(tmp / "state"), "--listen", f"127.0.0.1:{port}", "--metadata-timeout-sec", "2"],
+             "--state-dir", str(tmp / "state"), "--listen", f"127.0.0.1:{port}",
+             "--metadata-timeout-sec", "2"],
             env=env, stderr=log,
         )
         report["ready"] = until("READY=1")
