@@ -45,7 +45,7 @@ POLLER = r'''
 import os, signal, sys, time, urllib.request
 from watchdog.host.holders import HolderScanner
 host, device, interval = sys.argv[1], sys.argv[2], float(sys.argv[3])
-scanner = HolderScanner(patterns=(device,))
+scanner = HolderScanner(patterns=(device,), allow_numbers=[(1, 7)])  # /dev/full's: class mem
 handled = False
 while True:
     request = urllib.request.Request(f"http://{host}/computeMetadata/v1/instance/maintenance-event",
@@ -95,7 +95,8 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
     (tmp / "empty.toml").write_text("")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "watchdog", "run", "--config", str(tmp / "empty.toml"),
-         "--metadata-host", fake.address, "--device", str(device), "--state-dir", str(tmp / "state"),
+         "--metadata-host", fake.address, "--device", str(device), "--allow-number", "1:7",
+         "--state-dir", str(tmp / "state"),
          "--listen", f"127.0.0.1:{port}", "--log-level", "error"])
     wait(lambda: len(status(port)["metadata"]) == 3 and all(
         m["value"] is not None for m in status(port)["metadata"].values()))

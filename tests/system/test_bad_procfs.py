@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.support.bad_input import FEW, SOME, clean_text
 from tests.support.proctree import ProcTree, stat_line
-from tests.support.workloads import make_device
+from tests.support.workloads import TEST_NUMBER, make_device
 from watchdog.host.holders import HolderScanner
 from watchdog.host.procfs import (
     ProcessGoneError,
@@ -132,7 +132,9 @@ def test_fd_link_targets_are_returned_intact_and_never_break_a_scan(targets: lis
         assert sorted(procfs.fd_links(51)) == sorted(
             (str(fd), os.fsdecode(t)) for fd, t in enumerate(targets)
         )
-        result = HolderScanner(patterns=[str(device)], proc_root=str(Path(top) / "proc")).scan()
+        result = HolderScanner(
+            patterns=[str(device)], proc_root=str(Path(top) / "proc"), allow_numbers=[TEST_NUMBER]
+        ).scan()
         assert [h.pid for h in result.holders] == [50]
 
 
@@ -144,7 +146,9 @@ def test_a_deleted_node_seen_through_another_path_is_held_by_device_number(tmp_p
     ghost = make_device(elsewhere, "accel0 (deleted)")  # what the fd's link names: the same device numbers
     tree = ProcTree(tmp_path / "proc")
     tree.add(60, fds={3: str(ghost)})
-    result = HolderScanner(patterns=[str(device)], proc_root=str(tmp_path / "proc")).scan()
+    result = HolderScanner(
+        patterns=[str(device)], proc_root=str(tmp_path / "proc"), allow_numbers=[TEST_NUMBER]
+    ).scan()
     assert [(h.pid, h.devices) for h in result.holders] == [(60, (str(ghost),))]
 
 
@@ -191,7 +195,7 @@ def test_real_process_holding_a_replaced_device_node_is_found(tmp_path: Path) ->
     try:
         device.unlink()
         make_device(tmp_path)
-        result = HolderScanner(patterns=[str(device)]).scan()
+        result = HolderScanner(patterns=[str(device)], allow_numbers=[TEST_NUMBER]).scan()
         held = {h.pid: h.devices for h in result.holders}
         assert held.get(child.pid) == (f"{device} (deleted)",)
     finally:

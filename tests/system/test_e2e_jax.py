@@ -23,7 +23,7 @@ SAVE_INTERVAL = 1000
 DRIVER = r"""
 import json, os, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
-from tests.support.workloads import make_device
+from tests.support.workloads import TEST_ALLOW, make_device
 from watchdog.fake.server import FakeMetadataServer
 
 tmp, repo, interval = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
@@ -52,7 +52,8 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
     )
     daemon = subprocess.Popen(
         [sys.executable, "-m", "watchdog", "run", "--config", str(tmp / "empty.toml"),
-         "--metadata-host", fake.address, "--device", str(device), "--state-dir", str(tmp / "state"),
+         "--metadata-host", fake.address, "--device", str(device), "--allow-number", TEST_ALLOW,
+         "--state-dir", str(tmp / "state"),
          "--listen", f"127.0.0.1:{port}", "--metadata-timeout-sec", "5"],
         stderr=open(tmp / "daemon.log", "w"),
     )

@@ -23,7 +23,7 @@ from bench.soak_facts import parse_daemon_log
 from tests.support.crash_scenario import namespace_command
 from tests.support.daemon_harness import MAINTENANCE, PREEMPTED, UPCOMING
 from tests.support.waiting import wait_for
-from tests.support.workloads import Workloads
+from tests.support.workloads import TEST_ALLOW, Workloads
 from watchdog.fake.faults import Fault
 from watchdog.fake.server import FakeMetadataServer
 
@@ -44,7 +44,8 @@ def run_daemon(tmp_path: Path, fake: FakeMetadataServer, device: Path) -> subpro
     daemon = [
         sys.executable, "-m", "watchdog", "run", "--config", str(tmp_path / "empty.toml"),
         "--log-format", "json", "--log-level", "debug", "--metadata-host", fake.address,
-        "--device", str(device), "--grace", "2", "--state-dir", str(tmp_path / "state"),
+        "--device", str(device), "--allow-number", TEST_ALLOW, "--grace", "2",
+        "--state-dir", str(tmp_path / "state"),
         "--listen", "127.0.0.1:0",
     ]  # fmt: skip
     script = (

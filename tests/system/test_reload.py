@@ -25,7 +25,7 @@ from datetime import datetime
 from tests.support.sdnotify import NotifySocket
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
-from tests.support.workloads import Child, make_device
+from tests.support.workloads import TEST_ALLOW, Child, make_device
 from watchdog.fake.server import FakeMetadataServer
 
 tmp = Path(sys.argv[1])
@@ -61,6 +61,7 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake, WebhookReceiver(statuses=
     with open(tmp / "daemon.log", "w") as log:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "watchdog", "run", "--config", str(config), "--device", str(device),
+             "--allow-number", TEST_ALLOW,
              "--metadata-host", fake.address, "--state-dir", str(tmp / "state"),
              "--metadata-timeout-sec", "2"],
             env=env, stderr=log,

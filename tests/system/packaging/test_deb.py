@@ -259,7 +259,9 @@ def test_install_starts_upgrade_restarts_and_keeps_the_config_purge_leaves_nothi
         container.run("systemd-run", "--unit=tpuwd-holder", "--property=StandardInput=file:/dev/full",
                       "/bin/sleep", "infinity")  # fmt: skip
         holder = show(container, "MainPID", unit="tpuwd-holder.service")["MainPID"]
-        listed = container.run("tpu-watchdog", "holders", "--device", "/dev/full", "--json").stdout
+        listed = container.run(
+            "tpu-watchdog", "holders", "--device", "/dev/full", "--allow-number", "1:7", "--json"
+        ).stdout
         assert int(holder) in {entry["pid"] for entry in json.loads(listed)}, listed
 
         # Known to systemd, enabled, started by postinst; the state directory made by the unit.
@@ -276,7 +278,18 @@ def test_install_starts_upgrade_restarts_and_keeps_the_config_purge_leaves_nothi
         assert (verify.returncode, verify.stderr.strip()) == (0, ""), verify.stderr
 
         # A drill's drain in the history (its holder dies of SIGTERM's default action: a verdict, no error).
-        container.run("tpu-watchdog", "drill", "--yes", "--device", "/dev/full", "--grace", "5", check=False)
+        container.run(
+            "tpu-watchdog",
+            "drill",
+            "--yes",
+            "--device",
+            "/dev/full",
+            "--allow-number",
+            "1:7",
+            "--grace",
+            "5",
+            check=False,
+        )
         [drilled] = json.loads(container.run("tpu-watchdog", "history", "--json").stdout)
         assert [p["pid"] for p in drilled["processes"]] == [int(holder)], drilled
 

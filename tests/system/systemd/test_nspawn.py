@@ -39,6 +39,7 @@ CONFIG = "/etc/tpu-watchdog/config.toml"
 # The host's /tmp must stay visible (PrivateTmp=no) for the lock file; a hook runs inside the sandbox.
 GOOD_CONFIG = f"""[devices]
 extra_paths = ["{LOCK_FILE}"]
+allow_numbers = ["1:7"]  # accel0 carries /dev/full's numbers: class mem, never watched unless named
 [hooks]
 on_event_start = ["/bin/sh", "/run/tpuwd-hook"]
 """
