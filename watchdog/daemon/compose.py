@@ -24,6 +24,7 @@ from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.sighup import ReloadRequests
+from watchdog.host.devices import SYS
 from watchdog.host.holders import scanner_for
 from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.errors import ErrorKind
@@ -56,6 +57,7 @@ class Wiring:
     reloads: ReloadRequests | None = None  # SIGHUP's pipe (`run` installs the handler); None: no SIGHUP
     webhook_backoff: float = BACKOFF  # s before a webhook's second attempt (doubled after)
     progress_interval: float = PROGRESS_INTERVAL  # s between a drain's progress lines
+    sys_root: str = SYS  # the sysfs tree that classifies device nodes (a fixture tree in tests)
 
 
 @dataclass
@@ -87,11 +89,13 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         )  # fmt: skip
 
     senders = functools.partial(webhook_sender, metrics=metrics, backoff=wiring.webhook_backoff)
+    production = scanner_for(config, wiring.sys_root)
     daemon = Daemon(
         config,
         stop=stop,
         watcher_factory=watcher_factory,
-        scanner=wiring.scanner or scanner_for(config),
+        scanner=wiring.scanner or production,
+        devices=production.devices,  # what the configuration matches, as every scan judges it
         store=store,
         hooks=HookRunner.from_config(config),
         notifier=wiring.notifier or Notifier(),
@@ -139,4 +143,4 @@ def build_drill(config: Config, wiring: Wiring | None = None) -> Drill:
     """The drill's drain for `config` (only `wiring.scanner` applies: a drill asks no metadata server)."""
     wiring = wiring or Wiring()
     plan = DrainPlan(grace=config.maintenance_grace, on_timeout=config.on_timeout, dry_run=config.dry_run)
-    return Drill(scanner=wiring.scanner or scanner_for(config), plan=plan)
+    return Drill(scanner=wiring.scanner or scanner_for(config, wiring.sys_root), plan=plan)

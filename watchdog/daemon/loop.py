@@ -32,6 +32,7 @@ from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL, Announcer
 from watchdog.daemon.departures import Departures
+from watchdog.daemon.devices import DeviceWatch
 from watchdog.daemon.drain import Scanner
 from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex
@@ -45,6 +46,7 @@ from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
 from watchdog.daemon.sighup import ReloadAsked
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
+from watchdog.host.devices import DeviceSet
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
@@ -71,6 +73,7 @@ class Daemon:
         stop: threading.Event,
         watcher_factory: Callable[[Callable[[WatchEvent], None]], MetadataWatcher],
         scanner: Scanner,
+        devices: Callable[[], DeviceSet],
         store: StateStore,
         hooks: HookRunner,
         notifier: Notifier,
@@ -127,6 +130,7 @@ class Daemon:
         self.progress_interval, self._next_progress = progress_interval, 0.0
         self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait, saved.unconfirmed())
         self.departures = Departures(metrics)
+        self.devices = DeviceWatch(devices, config.devices, self.view, metrics)
         # Set again whenever the lifecycle changes, and on each tick.
         self._refresh_admission()
 
@@ -146,6 +150,7 @@ class Daemon:
                 name="host-identity", daemon=True,
             ).start()  # fmt: skip
         self.announce.daemon_started(self.lifecycle.state.value)
+        self._guarded(self.devices.check, self.clock.monotonic())  # at start: what is watched, or nothing
         while not self.stop.is_set():
             self.view.loop_ticked()
             try:
@@ -236,6 +241,7 @@ class Daemon:
         if not self.runner.running and self.lifecycle.drain is None and self.lifecycle.events:
             self._watch_late_arrivals(now)
         self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view)
+        self._guarded(self.devices.check, now)  # last, guarded: nothing above waits on a look at /dev
 
     def _watch_late_arrivals(self, now: float) -> None:
         """While drained events are on, scan as a drain does: a newcomer (a restarted job) gets a drain."""

@@ -59,6 +59,24 @@ def _drain_lines(status: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _device_lines(devices: list[Any]) -> list[str]:
+    """What the patterns matched: each path, its number and class, the verdict and why; NONE when no node
+    is watched (a wrong pattern looks idle otherwise)."""
+    matched = [d for d in devices if isinstance(d, dict)]
+    nodes = [d for d in matched if d.get("watched") and d.get("type") != "file"]
+    lines = [
+        f"devices:     {len(nodes)} TPU device node(s) watched"
+        if nodes
+        else "devices:     NONE: no TPU device node matches devices.patterns: this host protects nothing"
+    ]
+    for d in matched:
+        number = f" {d['number']}" if d.get("number") else ""
+        cls = f" class {d['class']}" if d.get("class") else ""
+        verdict = "" if d.get("watched") else "NOT WATCHED: "
+        lines.append(f"             {d.get('path')}{number}{cls}: {verdict}{d.get('why')}")
+    return lines
+
+
 def render(status: dict[str, Any]) -> str:
     """What the daemon sees, in aligned lines, most important first: never a data structure."""
     dry = "  (dry run: nothing is sent)" if status.get("dry_run") and not status.get("drain") else ""
@@ -95,6 +113,9 @@ def render(status: dict[str, Any]) -> str:
             words = words_of(holder.get("workload"))
             who = f"{holder.get('name')} [{words}]" if words else holder.get("name")
             lines.append(f"             pid {holder.get('pid')} {who}: {devices}{sigterm}")
+    matched = status.get("devices")
+    if isinstance(matched, list):  # a state file (the daemon not answering) has none
+        lines += _device_lines(matched)
     for key, watch in sorted((status.get("metadata") or {}).items()):
         lines.append(f"metadata:    {_metadata_line(key, watch)}")
     state_file = status.get("state_file") or {}

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from watchdog import __version__
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
+from watchdog.core.devices import MatchedDevice
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Lifecycle
@@ -49,6 +50,7 @@ class StatusView:
         self.registry = registry
         self.values: dict[str, WatchedValue] = {}
         self.holders: list[Holder] = []
+        self.devices: tuple[MatchedDevice, ...] = ()  # what the patterns matched at the last look, judged
         self.record: DrainRecord | None = None  # the drain in progress, as last published
         self.last_record: DrainRecord | None = None
         # Which host, slice and Multislice job this is, as far as known yet (daemon/identity.py): /status,
@@ -159,6 +161,7 @@ class StatusView:
             "history_file": self._history_file(),
             "last_drain": self.last_record.to_dict() if self.last_record else None,
             "last_outcome": life.last_outcome,
+            "devices": [device.to_dict() for device in self.devices],
             "holders": [
                 {
                     "pid": h.pid,

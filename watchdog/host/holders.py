@@ -284,12 +284,13 @@ class HolderScanner:
         )
 
 
-def scanner_for(config: ScanSettings) -> HolderScanner:
+def scanner_for(config: ScanSettings, sys_root: str = SYS) -> HolderScanner:
     """The scanner the configuration describes (devices, extra paths, excludes): daemon and drill."""
     return HolderScanner(
         patterns=config.devices,
         extra_paths=config.extra_paths,
         allow_numbers=[parse_number(text) for text in config.allow_numbers],
+        sys_root=sys_root,
         excludes=Excludes(
             pids=frozenset(config.exclude_pids),
             names=frozenset(config.exclude_names),

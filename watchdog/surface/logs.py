@@ -34,6 +34,7 @@ MESSAGE_IDS = {
     "holder_not_ready": "ca582390292247d68f8a5c2135829d73",
     "holder_left": "c7620e0b012d4749b460de9ead080388",
     "drain_progress": "5765ed76ad2a4fc7b428fcb4f6d6fd54",
+    "no_devices": "61ea0f33f61547908d1f107a91f91b56",
 }
 PREFIX = "TPU_WATCHDOG_"
 KIND = "tpu_watchdog_kind"  # lower case: the JSON lines' `kind`, never a journal field

@@ -154,6 +154,12 @@ class Metrics:
             list(HOST_LABELS),
             registry=r,
         )
+        self.devices = Gauge(
+            "tpu_watchdog_devices",
+            "TPU device nodes the device patterns match and the daemon watches (refused ones not counted): "
+            "0 on a TPU VM means nothing is protected (docs/devices.md).",
+            registry=r,
+        )
         self.holders_left = Counter(
             "tpu_watchdog_holders_left",
             "TPU holders that exited on their own while this host had no event and no drain: a job that "

@@ -24,6 +24,7 @@ ALERTS = (
     "TPUDrainTimedOut",
     "TPUPreempted",
     "TPUHolderWillLoseProgress",
+    "TPUWatchdogNoDevices",
 )
 
 needs_promtool = pytest.mark.skipif(
@@ -43,7 +44,7 @@ def test_promtool_check_rules_is_clean() -> None:
     checked = promtool("check", "rules", str(RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stderr == "", checked.stderr
-    assert "SUCCESS: 16 rules found" in checked.stdout, checked.stdout
+    assert "SUCCESS: 17 rules found" in checked.stdout, checked.stdout
 
 
 @needs_promtool
