@@ -99,3 +99,16 @@ def test_every_flag_the_table_names_is_a_flag_of_run_and_no_flag_is_missing() ->
     add_config_arguments(parser)
     flags = {option for action in parser._actions for option in action.option_strings}
     assert {s.flag for s in SETTINGS if s.flag} == flags - {"-h", "--help", "--config"}
+
+
+def test_device_numbers_are_major_minor_normalised_and_never_one_everyone_holds() -> None:
+    allow = BY_KEY["devices.allow_numbers"]
+    assert allow.parse(["240:0", " 240:0", "121:3"]) == ("240:0", "121:3")
+    assert allow.parse_text("240:0, 1:7") == ("240:0", "1:7")
+    refused = [("240", "not a device number"), ("a:b", "not a device number"), ("4096:0", "out of range"),
+               ("1:3", "nearly every process holds"), ("136:4", "nearly every process holds")]  # fmt: skip
+    for bad, said in refused:
+        with pytest.raises(BadValueError, match=said):
+            allow.parse([bad])
+    with pytest.raises(BadValueError):
+        allow.parse("240:0")  # a string, not a list

@@ -90,3 +90,29 @@ def test_a_stale_state_file_a_dry_run_and_unwritten_files_are_said() -> None:
     assert "state file:  NOT PERSISTED: No space left on device" in text
     assert "history:     NOT WRITTEN: Read-only file system" in text
     assert "host:        tpu_node=train-a worker=1" in text
+
+
+def test_the_watched_devices_and_the_refused_ones_are_said_and_none_is_loud() -> None:
+    status = {
+        "state": "idle",
+        "devices": [
+            {"path": "/dev/vfio/0", "number": "245:0", "type": "char", "class": "vfio", "watched": True,
+             "why": "VFIO group 0 of Google PCI devices (vendor 0x1ae0)"},
+            {"path": "/dev/vfio/vfio", "number": "10:196", "type": "char", "class": "misc", "watched": False,
+             "why": "the VFIO container, which every VFIO user opens, TPU or not"},
+        ],
+    }  # fmt: skip
+    lines = render(status).splitlines()
+    assert "devices:     1 TPU device node(s) watched" in lines
+    assert (
+        "             /dev/vfio/0 245:0 class vfio: VFIO group 0 of Google PCI devices (vendor 0x1ae0)"
+        in lines
+    )
+    assert any(line.endswith("/dev/vfio/vfio 10:196 class misc: NOT WATCHED: the VFIO container, which every "
+                             "VFIO user opens, TPU or not") for line in lines)  # fmt: skip
+    nothing = render({"state": "idle", "devices": [status["devices"][1]]})
+    assert (
+        "devices:     NONE: no TPU device node matches devices.patterns: this host protects nothing"
+        in nothing
+    )
+    assert "devices:" not in render({"state": "idle"})  # a state file read back: no devices to speak of
