@@ -276,3 +276,14 @@ def test_start_up_stays_light(tmp_path: Path, held: bool, loaded: str) -> None:
     assert done.returncode == (0 if held else 1), done.stderr
     assert ("4200" in done.stdout) == held
     assert done.stderr.rsplit("\n", 1)[-1] == loaded
+
+
+def test_a_kernel_device_the_pattern_matched_is_said_refused(tmp_path: Path) -> None:
+    """A node numbered like /dev/kmsg (class mem on the real /sys): `holders` names it and why, on stderr."""
+    kmsg = tmp_path / "kmsg"
+    os.mknod(kmsg, stat.S_IFCHR | 0o600, os.makedev(1, 11))
+    done = holders("--device", f"{tmp_path}/*")
+    assert done.returncode == 1
+    said = f"warning: not a TPU device, never watched: {kmsg} (1:11, class mem): class mem: one of the kernel"
+    assert said in done.stderr
+    assert f"no TPU device file matches {tmp_path}/*" in done.stderr

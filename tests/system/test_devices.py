@@ -70,8 +70,13 @@ def kernel_holder(workloads: Workloads) -> Iterator[subprocess.Popen[str]]:
 
 
 def test_holders_of_kernel_devices_under_a_broad_pattern_are_never_signalled_on_an_event(
-    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, kernel_holder: subprocess.Popen[str]
+    fake: FakeMetadataServer,
+    workloads: Workloads,
+    state_dir: Path,
+    kernel_holder: subprocess.Popen[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="tpu-watchdog")
     job = workloads.start("handled")
     pattern = f"{workloads.device.parent}/*"
     ours = lambda: {job.identity.pid, kernel_holder.pid}  # noqa: E731 - the narrowing, read at each scan
@@ -90,6 +95,9 @@ def test_holders_of_kernel_devices_under_a_broad_pattern_are_never_signalled_on_
     expected = {"kmsg": "mem", "random": "mem", "fuse": "misc"}
     assert refused == {name: (expected[name], False) for name in refused}
     assert refused  # this kernel had at least /dev/kmsg's and /dev/random's
+    said = caplog.text  # at start: the number opted in, and each refusal
+    assert f"watched by number: {workloads.device} (1:7, class mem): named in devices.allow_numbers" in said
+    assert f"not a TPU device, never watched: {workloads.device.parent}/kmsg (1:11, class mem)" in said
 
 
 def test_a_pattern_matching_nothing_is_said_at_start_shown_empty_and_counted_zero(
