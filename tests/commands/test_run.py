@@ -170,7 +170,7 @@ import json, os, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 from tests.support.sdnotify import NotifySocket
 from tests.support.waiting import wait_for
-from tests.support.workloads import Child, make_device
+from tests.support.workloads import TEST_ALLOW, Child, make_device
 from watchdog.fake.server import FakeMetadataServer
 
 tmp = Path(sys.argv[1])
@@ -196,8 +196,9 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
     with open(tmp / "daemon.log", "w") as log:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "watchdog", "run", "--config", str(tmp / "empty.toml"),
-             "--metadata-host", fake.address, "--device", str(device), "--state-dir", str(tmp / "state"),
-             "--listen", f"127.0.0.1:{port}", "--metadata-timeout-sec", "2", "--listen-retry", "0.2"],
+             "--metadata-host", fake.address, "--device", str(device), "--allow-number", TEST_ALLOW,
+             "--state-dir", str(tmp / "state"), "--listen", f"127.0.0.1:{port}",
+             "--metadata-timeout-sec", "2", "--listen-retry", "0.2"],
             env=env, stderr=log,
         )
         report["ready"] = until("READY=1")
