@@ -46,6 +46,7 @@ def test_the_index_is_filled_at_start_and_refreshed_on_request(
     index = HolderIndex(OwnScanner(workloads), published.put, lambda: False, stop, interval=3600)
     index.start()
     assert [h.identity for h in published.get(timeout=10)] == [first.identity]
+    wait_for(lambda: first.identity.pid in index.seen, what="the PIDs of the scan")  # set after publishing
     second = workloads.start("report")
     index.refresh_soon()  # a drain ended: do not wait an hour
     assert {h.identity for h in published.get(timeout=10)} == {first.identity, second.identity}

@@ -147,3 +147,32 @@ def test_an_indexed_process_that_let_go_of_the_device_is_not_signalled(
     assert record.outcome is Outcome.NO_HOLDERS
     assert released.alive()
     assert runner.store.state.signals == ()
+
+
+def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
+    workloads: Workloads, state_dir: Path
+) -> None:
+    old = workloads.start("release")  # there at the index's scan, holding nothing then
+    old.popen.send_signal(signal.SIGTERM)
+    old.expect("released")
+    index = OwnScanner(workloads).scan()  # the loop's last scan: no holders, every PID seen
+    assert index.holders == ()
+    old.reopen()  # an old process that opened a device since: only the full scan finds it
+    new = workloads.start("handled")  # a job started after the index's scan: a PID it has not seen
+    runner, done = runner_for(workloads, state_dir)
+    scanner = GatedScanner(workloads)
+    runner.scanner = scanner
+    runner.indexed, runner.known_pids = lambda: index.holders, lambda: index.pids
+    todo = order(30.0)
+    first = runner.first_wave(todo.deadline)  # as the loop does
+    assert [h.identity for h in first] == [new.identity]
+    runner.start(dataclasses.replace(todo, first_wave=first))
+    runner.persisted.set()  # the loop's state write, done
+    assert new.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
+    assert runner.store.state.find(old.identity, signal.SIGTERM) is None  # not even intended yet
+    scanner.gate.set()
+    old.expect("released")  # the full scan's SIGTERM
+    record = done.get(timeout=30)
+    assert record is not None
+    assert record.outcome is Outcome.EXITED, record.summary()
+    assert not record.processes[new.identity].late_arrival

@@ -1,4 +1,5 @@
-"""`HolderScanner.recheck`: the warm index re-checked from each process's own /proc entries, exactly."""
+"""`HolderScanner.recheck`: the warm index re-checked from each process's own /proc entries, exactly; and
+`HolderScanner.newcomers`: the processes the index has not seen, scanned alone."""
 
 from __future__ import annotations
 
@@ -57,3 +58,13 @@ def test_the_sigterm_disposition_is_read_again_not_taken_from_the_index(workload
     stale = dataclasses.replace(indexed, sigterm=SigtermDisposition.DEFAULT)  # as an earlier scan saw it
     (again,) = HolderScanner(patterns=[str(workloads.device)], allow_numbers=[TEST_NUMBER]).recheck([stale])
     assert again.sigterm is SigtermDisposition.CAUGHT
+
+
+def test_newcomers_are_the_holders_among_the_pids_a_scan_had_not_seen(workloads: Workloads) -> None:
+    old = workloads.start("report")
+    scan = OwnScanner(workloads).scan()
+    assert old.identity.pid in scan.pids
+    new = workloads.start("report")  # a job started after that scan
+    found = OwnScanner(workloads).newcomers(scan.pids)
+    assert [h.identity for h in found] == [new.identity]  # the old holder is left to the full scan
+    assert found[0].devices == (str(workloads.device),)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from tests.support.readable import readable
@@ -296,3 +296,8 @@ class OwnScanner:
         """The real re-check of the warm index (the daemon's first wave), narrowed the same way."""
         own = self.workloads.identities()
         return [h for h in self.inner.recheck(holders) if h.identity in own]
+
+    def newcomers(self, known: Collection[int]) -> list[Holder]:
+        """The real scan of the processes the index has not seen (first wave too), narrowed the same way."""
+        own = self.workloads.identities()
+        return [h for h in self.inner.newcomers(known) if h.identity in own]

@@ -1,7 +1,8 @@
 """The warm holder index: who held a device at the last full scan, refreshed in a thread of its own.
 
 A drain starts from it (daemon/runner.py: `first_wave` re-checks each indexed holder from its own /proc
-entries), so the first SIGTERM need not wait for a scan of every fd on the host. The refresh runs in its own
+entries, and scans the processes the index has not seen: a job started since), so the first SIGTERM need
+not wait for a scan of every fd on the host. The refresh runs in its own
 thread so that the loop is never busy scanning when an event arrives (a scan of a big host takes 100+ ms;
 readlink releases the GIL, so the loop and the drain get it at once). While an event is on, the refresh
 pauses: the loop's late-arrival watch and the drain's rescans scan then, and publish what they find.
@@ -35,6 +36,7 @@ class HolderIndex:
     ) -> None:
         self._scanner, self._publish, self._paused, self._stop = scanner, publish, paused, stop
         self._interval = interval
+        self.seen: frozenset[int] = frozenset()  # the PIDs of the last published scan (`newcomers` skips)
         self._wake = threading.Event()
         self._wake.set()  # the first refresh at once: a drain soon after start has an index
         self._thread = threading.Thread(target=self._run, name="holder-index", daemon=True)
@@ -60,9 +62,10 @@ class HolderIndex:
             if self._paused():
                 continue
             try:
-                holders = tuple(self._scanner.scan().holders)
+                result = self._scanner.scan()
             except Exception:  # the next refresh tries again; a drain then starts from a full scan
                 log.exception("refreshing the holder index failed")
                 continue
             if not self._paused():
-                self._publish(holders)
+                self._publish(tuple(result.holders))  # before `seen`: a new holder is then never missed
+                self.seen = frozenset(getattr(result, "pids", ()))  # a test's scanner may not say

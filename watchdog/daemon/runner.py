@@ -7,9 +7,11 @@ each signal is logged with the process, the drain and the events it serves.
 
 A drain starts from the warm holder index (`indexed`: the holders of the loop's last scan, refreshed while
 idle): each is re-checked from its own /proc entries (same process, still holding a device) by the loop
-(`first_wave`), which writes their intents with the drain's own state, and signalled at once, so the first
-SIGTERM waits for neither a scan of every fd on the host nor a second write; the full scan follows straight
-away and its newcomers are signalled as before. With nothing indexed, the drain starts from a full scan.
+(`first_wave`), and so is each process the index has not seen (`known_pids`: a job started since its last
+scan); the loop writes their intents with the drain's own state, and they are signalled at once, so the
+first SIGTERM waits for neither a scan of every fd on the host nor a second write; the full scan follows
+straight away (an old process that opened a device since) and its newcomers are signalled as before. With
+nothing indexed, the drain starts from a full scan.
 
 What the drain thread tells (its log lines, the signal counters, the state file's status) is guarded
 (`Outputs`): a failing output never ends a drain, so never makes it start again.
@@ -86,6 +88,7 @@ class DrainRunner(DrainListener):
         self.deadline_mono = 0.0
         self.admit = True
         self.indexed: Callable[[], Sequence[Holder]] = tuple  # the warm holder index; the loop sets it
+        self.known_pids: Callable[[], Collection[int]] = frozenset  # the PIDs the index has seen; likewise
         self._order: DrainOrder | None = None
 
     @property
@@ -135,10 +138,13 @@ class DrainRunner(DrainListener):
             with self.outputs.guarded(Output.LOG):
                 log.exception("the drain failed; starting it again with the same deadline")
         finally:
-            if not self.writer.flush(PERSIST_WAIT):  # the loop's next write comes after the drain's
-                with self.outputs.guarded(Output.LOG):
-                    log.error("the drain's state-file writes are not done after %.0f s", PERSIST_WAIT)
+            self._flush()  # the loop's next write comes after the drain's
             self._done(record)
+
+    def _flush(self) -> None:
+        if not self.writer.flush(PERSIST_WAIT):
+            with self.outputs.guarded(Output.LOG):
+                log.error("the drain's state-file writes are not done after %.0f s", PERSIST_WAIT)
 
     def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
         with self.outputs.guarded(Output.LOG):
@@ -152,16 +158,22 @@ class DrainRunner(DrainListener):
             )  # fmt: skip
 
     def first_wave(self, deadline: float) -> tuple[Holder, ...]:
-        """The indexed holders still holding a device, re-checked (a few reads each, in the caller's
-        thread); () when there are none, the scanner cannot re-check (a test's), or the deadline (monotonic)
-        has passed: then the full scan decides who is killed."""
+        """The indexed holders still holding a device, re-checked, and the holders among the processes the
+        index has not seen (a job started since its last scan), all read from their own /proc entries in
+        the caller's thread; () when there are none, the scanner cannot do this (a test's), or the deadline
+        (monotonic) has passed: then the full scan decides who is killed."""
         recheck: Callable[[Sequence[Holder]], Sequence[Holder]] | None
         recheck = getattr(self.scanner, "recheck", None)
+        newcomers: Callable[[Collection[int]], Sequence[Holder]] | None
+        newcomers = getattr(self.scanner, "newcomers", None)
         if recheck is None or deadline <= self.clock.monotonic():
             return ()
         try:
-            indexed = self.indexed()
-            return tuple(recheck(indexed)) if indexed else ()
+            indexed, known = self.indexed(), self.known_pids()
+            first = {h.identity: h for h in recheck(indexed)} if indexed else {}
+            if known and newcomers is not None:  # nothing known yet: that would be the full scan itself
+                first.update((h.identity, h) for h in newcomers(known) if h.identity not in first)
+            return tuple(first.values())
         except Exception:  # the full scan follows: a failed re-check only costs the head start
             with self.outputs.guarded(Output.LOG):
                 log.exception("re-checking the indexed holders failed; scanning them all")
@@ -229,6 +241,8 @@ class DrainRunner(DrainListener):
             )  # fmt: skip
 
     def updated(self, record: DrainRecord) -> None:
+        if record.outcome is not None:
+            self._flush()  # the drain's end is shown, and taken by the loop, once its writes are done
         self._published(record)
 
     def deadline(self) -> float | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -73,6 +73,7 @@ class ScanResult:
     zombies: int = 0  # exited, not yet reaped: no fds, nothing to signal
     excluded: int = 0  # holders left out: kernel threads and the excludes (PID 1, self, parent: not read)
     matched: tuple[MatchedDevice, ...] = ()  # every path the patterns matched, refused ones too, judged
+    pids: frozenset[int] = frozenset()  # the processes there were to look at (`newcomers` skips them)
 
 
 @dataclass
@@ -196,7 +197,22 @@ class HolderScanner:
             zombies=sum(t.zombies for t in tallies),
             excluded=sum(t.excluded for t in tallies),
             matched=devices.matched,
+            pids=frozenset(pids),
         )
+
+    def newcomers(self, known: Collection[int]) -> list[Holder]:
+        """The holders among the processes not in `known` (the PIDs of an earlier scan: the warm index's):
+        a job started since that scan is found without reading every fd on the host. A PID reused since
+        then is not new here; the full scan that follows a drain's first wave finds it."""
+        devices = self.devices()
+        never = {1, os.getpid(), os.getppid(), *self.excludes.pids}
+        tally = _Tally()
+        if devices:
+            new = [pid for pid in self.procfs.pids() if pid not in known and pid not in never]
+            self._scan_pids(new, devices, {}, tally)
+        if tally.failure is not None:
+            raise tally.failure
+        return tally.holders
 
     def recheck(self, holders: Iterable[Holder]) -> list[Holder]:
         """Those of `holders` (an earlier scan: the warm index) that are still the same process and still
