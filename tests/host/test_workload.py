@@ -23,7 +23,7 @@ from tests.support.waiting import wait_for
 from tests.support.workloads import HOLD_FLAGS, UniqueDevice
 from watchdog.core.workload import NO_WORKLOAD, Runtime, Workload, WorkloadKind
 from watchdog.host.holders import HolderScanner
-from watchdog.host.workload import KUBELET_PODS, POD_LOGS, SERVICE_ACCOUNT_NAMESPACE, WorkloadReader
+from watchdog.host.workload import KUBELET_PODS, POD_LOGS, SERVICE_ACCOUNT_NAMESPACE, WorkloadReader, in_root
 
 UID = "8d3f5c2a-1b4e-4c6d-9e8f-0a1b2c3d4e5f"
 REPO = Path(__file__).resolve().parents[2]
@@ -99,6 +99,30 @@ def test_etc_hosts_when_the_environment_says_nothing_and_mountinfo_for_the_conta
     found = WorkloadReader(str(tree.root), str(node)).read(100)
     assert (found.pod_namespace, found.pod_name, found.container_name) == (None, "trainer-0", "jax")
     assert found.describe() == "pod ?/trainer-0 container jax"
+
+
+def test_symlinks_in_the_container_are_followed_inside_it(tmp_path: Path) -> None:
+    """Most images have /var/run -> /run (absolute): the kernel would follow it from the reader's root and
+    read the host's /run. It is followed inside the container's root; a link pointing out of it
+    (/var/run/secrets -> /../../../../etc) never leaves it either."""
+    tree = ProcTree(tmp_path / "proc")
+    root = pod_process(tree, 100) / "root"
+    (root / "var").mkdir(parents=True)
+    (root / "var" / "run").symlink_to("/run")
+    account = root / "run" / "secrets" / "kubernetes.io" / "serviceaccount"
+    account.mkdir(parents=True)
+    (account / "namespace").write_text("ml")
+    assert WorkloadReader(str(tree.root), str(tmp_path / "node")).read(100).pod_namespace == "ml"
+    assert in_root(str(root), SERVICE_ACCOUNT_NAMESPACE) == str(account / "namespace")
+    escape = pod_process(tree, 101) / "root"
+    (escape / "var" / "run").mkdir(parents=True)
+    outside = tmp_path / "secrets" / "kubernetes.io" / "serviceaccount"
+    outside.mkdir(parents=True)
+    (outside / "namespace").write_text("kube-system")  # what an escape would read
+    (escape / "var" / "run" / "secrets").symlink_to(f"{'/..' * 12}{tmp_path}/secrets")
+    assert WorkloadReader(str(tree.root), str(tmp_path / "node")).read(101).pod_namespace is None
+    (escape / "loop").symlink_to("/loop")
+    assert in_root(str(escape), "loop/namespace") is None  # too many links, like the kernel's ELOOP
 
 
 def test_a_fifo_or_bad_name_in_the_container_is_never_waited_on_nor_shown(tmp_path: Path) -> None:

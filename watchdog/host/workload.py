@@ -9,7 +9,10 @@ them (`/proc/1/root`: in a container with the host's PID namespace, the DaemonSe
 filesystem, with nothing mounted), then as this process sees them. Both roots are injectable (a fixture tree).
 
 A container's files are the container's to make: each is opened without following a FIFO into a hang
-(O_NONBLOCK, regular files only) and read to a bound; what is missing or odd is None, never an error.
+(O_NONBLOCK, regular files only) and read to a bound; what is missing or odd is None, never an error. A path
+under another process's root (`/proc/PID/root/var/run/...`) is resolved by hand (`in_root`): the kernel would
+resolve an absolute symlink met on the way (`/var/run -> /run`, in most images) from OUR root, reading the
+host's file instead of the container's.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def read_bounded(path: str, limit: int = _LIMIT) -> bytes | None:
     """The first `limit` bytes of the regular file at `path`, or None (missing, unreadable, not a regular
     file: a FIFO a container left there is never waited on)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
@@ -57,6 +60,42 @@ def read_bounded(path: str, limit: int = _LIMIT) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+_MAX_LINKS = 40  # as the kernel's own limit on symlinks in one lookup
+
+
+def in_root(root: str, path: str) -> str | None:
+    """`path` as a process whose root directory is `root` sees it: each symlink on the way followed inside
+    `root` (an absolute one from `root` itself, `..` never above it); None when a part is missing or there
+    are too many links. The answer names no symlink but its own parts may change meanwhile: what is read
+    through it is only ever shown."""
+    done: list[str] = []
+    todo = [part for part in path.split("/") if part]
+    links = 0
+    while todo:
+        part = todo.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        here = "/".join([root, *done, part])
+        try:
+            if not stat.S_ISLNK(os.lstat(here).st_mode):
+                done.append(part)
+                continue
+            target = os.readlink(here)
+        except OSError:
+            return None
+        links += 1
+        if links > _MAX_LINKS:
+            return None
+        if target.startswith("/"):
+            done = []
+        todo = [part for part in target.split("/") if part] + todo
+    return "/".join([root, *done]) or "/"
 
 
 def _text(path: str, limit: int = _LIMIT) -> str | None:
@@ -86,19 +125,20 @@ class WorkloadReader:
 
     def _pod(self, pid: int, found: Workload, uid: str) -> Workload:
         namespace, name = self._from_log_dir(uid) or (None, None)
-        if namespace is None:
-            namespace = dns_name(_text(f"{self.proc_root}/{pid}/root/{SERVICE_ACCOUNT_NAMESPACE}", 4096))
+        account = in_root(f"{self.proc_root}/{pid}/root", SERVICE_ACCOUNT_NAMESPACE)
+        if namespace is None and account is not None:
+            namespace = dns_name(_text(account, 4096))
         if name is None:
             environ = read_bounded(f"{self.proc_root}/{pid}/environ")
             name = None if environ is None else hostname_of_environ(environ)
-        pod_dirs = [f"{root}/{KUBELET_PODS}/{uid}" for root in self.node_roots]
-        pod_dir = next((path for path in pod_dirs if os.path.isdir(path)), pod_dirs[-1])
-        if name is None:
+        found_dirs = (in_root(root, f"{KUBELET_PODS}/{uid}") for root in self.node_roots)
+        pod_dir = next((path for path in found_dirs if path is not None and os.path.isdir(path)), None)
+        if name is None and pod_dir is not None:
             hosts = _text(f"{pod_dir}/etc-hosts", 65536)
             name = None if hosts is None else hostname_of_etc_hosts(hosts)
         mountinfo = _text(f"{self.proc_root}/{pid}/mountinfo")
         container = None if mountinfo is None else container_of_mountinfo(mountinfo, uid)
-        if container is None:
+        if container is None and pod_dir is not None:
             try:
                 entries = os.listdir(f"{pod_dir}/containers")
             except OSError:
@@ -108,8 +148,9 @@ class WorkloadReader:
 
     def _from_log_dir(self, uid: str) -> tuple[str, str] | None:
         for root in self.node_roots:
+            logs = in_root(root, POD_LOGS)
             try:
-                names = os.listdir(f"{root}/{POD_LOGS}")
+                names = os.listdir(logs) if logs is not None else []
             except OSError:
                 continue
             for entry in names:
