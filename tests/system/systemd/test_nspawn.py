@@ -250,9 +250,15 @@ def test_holders_names_the_unit_and_the_scope_of_each_holder(container: Containe
     try:
         active = lambda: not has_stopped(container, scope)  # noqa: E731
         wait_for(active, 20, 0.1, f"{scope} to start")
-        listed = container.run(
-            str(BIN / "tpu-watchdog"), "holders", "--device", f"{DEVICE_DIR}/accel*", "--json"
-        )
+        scan = [
+            str(BIN / "tpu-watchdog"),
+            "holders",
+            "--device",
+            f"{DEVICE_DIR}/accel*",
+            "--allow-number",
+            "1:7",
+        ]
+        listed = container.run(*scan, "--json")
         found = {str(entry["pid"]): entry["workload"] for entry in json.loads(listed.stdout)}
         assert found[service_pid] == {
             "kind": "systemd_unit", "unit": service, "slice": "system.slice", "runtime": None,
@@ -263,7 +269,7 @@ def test_holders_names_the_unit_and_the_scope_of_each_holder(container: Containe
         assert [(w["kind"], w["unit"], w["slice"]) for w in scoped] == [
             ("systemd_unit", scope, "system.slice")
         ]
-        table = container.run(str(BIN / "tpu-watchdog"), "holders", "--device", f"{DEVICE_DIR}/accel*").stdout
+        table = container.run(*scan).stdout
         assert f"unit {service}" in table, table
         assert f"unit {scope}" in table, table
     finally:
