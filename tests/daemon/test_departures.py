@@ -14,6 +14,7 @@ import pytest
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.daemon.departures import Departures
+from watchdog.daemon.outputs import Outputs
 from watchdog.surface.metrics import Metrics
 
 
@@ -28,7 +29,7 @@ def test_a_holder_that_exits_on_its_own_is_said_once_and_counted(
 ) -> None:
     caplog.set_level(logging.INFO)
     metrics = Metrics()
-    departures = Departures(metrics)
+    departures = Departures(metrics, Outputs(metrics))
     child = workloads.start("handled")
     holders = list(OwnScanner(workloads).scan().holders)
     # /status shows a later scan's copy of the holder (here renamed): dropped all the same, by identity.
@@ -53,7 +54,7 @@ def test_a_holder_that_exits_on_its_own_is_said_once_and_counted(
 
 def test_exits_while_an_event_is_on_are_the_drains_not_departures(workloads: Workloads) -> None:
     metrics = Metrics()
-    departures = Departures(metrics)
+    departures = Departures(metrics, Outputs(metrics))
     child = workloads.start("handled")
     departures.track(list(OwnScanner(workloads).scan().holders))
     view = SimpleNamespace(holders=[])
@@ -67,7 +68,7 @@ def test_exits_while_an_event_is_on_are_the_drains_not_departures(workloads: Wor
 
 def test_a_holder_the_next_scan_no_longer_shows_is_not_watched(workloads: Workloads) -> None:
     metrics = Metrics()
-    departures = Departures(metrics)
+    departures = Departures(metrics, Outputs(metrics))
     child = workloads.start("release")
     departures.track(list(OwnScanner(workloads).scan().holders))
     child.popen.send_signal(signal.SIGTERM)  # it closes the device and keeps running

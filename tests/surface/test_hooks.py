@@ -189,3 +189,12 @@ def test_without_pidfds_exits_and_timeouts_are_still_seen(
     assert finish(failing.run_hook("on_event_start", CONTEXT)).returncode == 4
     hanging = runner_for(runners, python("import time; time.sleep(60)"), timeout=0.3)
     assert finish(hanging.run_hook("on_event_start", CONTEXT)).status == "timed_out"
+
+
+def test_a_deadline_past_year_9999_is_told_to_the_hook_not_raised() -> None:
+    """A far deadline (a huge grace) once raised while the hook's environment was built: no hook ran."""
+    env = HookContext("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", deadline=1.0e12).environment(
+        "on_event_start"
+    )
+    assert env["TPU_WATCHDOG_DEADLINE"] == "9999-12-31T23:59:59Z"
+    assert env["TPU_WATCHDOG_DEADLINE_EPOCH"] == "1000000000000.000"

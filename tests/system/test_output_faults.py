@@ -65,6 +65,20 @@ def test_an_event_whose_every_key_line_raises_still_drains_and_counts_them(
     assert {"event_started", "drain_started", "signal_sent", "drain_finished"} <= set(failing_lines.refused)
 
 
+def test_a_late_arrival_whose_line_raises_still_gets_its_sigterm(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path, failing_lines: FailingKeyLines
+) -> None:
+    """The late-arrival line is said before that process's drain starts: once, it stopped the drain."""
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+        harness.wait_state("drained")  # no holder yet: a drain of nobody
+        late = workloads.start("handled")  # a restarted job opens the device while the event is on
+        assert late.popen.wait(timeout=20) == 0
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 1
+        assert harness.thread.is_alive()
+    assert "late_arrival" in failing_lines.refused
+
+
 def test_an_sd_notify_that_raises_stops_neither_the_loop_nor_the_drain(
     fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
 ) -> None:

@@ -18,6 +18,8 @@ import logging
 
 from watchdog.core.drain_record import ExitStatus
 from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.vocabulary import Output
+from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.view import StatusView
 from watchdog.host.exits import PidfdExitWaiter
 from watchdog.host.signals import ProcessHandles
@@ -30,8 +32,8 @@ log = logging.getLogger("tpu-watchdog")
 class Departures:
     """The holders of the last idle scan, watched for exits while no event is on and no drain runs."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
+    def __init__(self, metrics: Metrics, outputs: Outputs) -> None:
+        self.metrics, self.outputs = metrics, outputs
         self.waiter = PidfdExitWaiter(ProcessHandles(use_pidfd=False))
         self.tracked: dict[ProcessIdentity, Holder] = {}
 
@@ -66,16 +68,19 @@ class Departures:
             return
         gone = {holder.identity for holder, _ in left}  # by identity: a later scan's copy may differ
         view.holders = [h for h in view.holders if h.identity not in gone]
-        self.metrics.set_holders(view.holders)
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.set_holders(view.holders)
         for holder, status in left:
             how = f" ({status})" if status.known else ""
-            self.metrics.holders_left.inc()
-            log.info(
-                "pid %d (%s) exited%s and no longer holds the TPU, with no event on this host and no signal "
-                "from this daemon: it left on its own (a job that finished; or, on a multi-host job, another "
-                "host's event ending the job)", holder.pid, holder.name, how,
-                extra=fields("holder_left", pid=holder.pid, exit_status=str(status)),
-            )  # fmt: skip
+            with self.outputs.guarded(Output.METRICS):
+                self.metrics.holders_left.inc()
+            with self.outputs.guarded(Output.LOG):
+                log.info(
+                    "pid %d (%s) exited%s and no longer holds the TPU, with no event on this host and no "
+                    "signal from this daemon: it left on its own (a job that finished; or, on a multi-host "
+                    "job, another host's event ending the job)", holder.pid, holder.name, how,
+                    extra=fields("holder_left", pid=holder.pid, exit_status=str(status)),
+                )  # fmt: skip
 
     def forget(self) -> None:
         """An event is on or a drain runs: what exits now is the drain's business, not a departure."""

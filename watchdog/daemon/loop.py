@@ -86,16 +86,10 @@ class Daemon:
         webhooks: WebhookSender | None = None,
         progress_interval: float = PROGRESS_INTERVAL,
     ) -> None:
-        self.config = config
-        self.stop = stop
-        self.clock = clock or SystemClock()
+        self.config, self.stop, self.clock = config, stop, clock or SystemClock()
         self.policy = policy_from_config(config)
-        self.scanner = scanner
-        self.store = store
-        self.hooks = hooks
-        self.notifier = notifier
-        self.metrics = metrics
-        self.outputs = Outputs(metrics)
+        self.scanner, self.store, self.hooks, self.notifier = scanner, store, hooks, notifier
+        self.metrics, self.outputs = metrics, Outputs(metrics)  # every output below is guarded by outputs
         self.inbox: queue.Queue[WatchEvent | DrainDone | ReloadAsked | None] = queue.Queue()  # None: stop
         self.reloader = reloader  # SIGHUP: what a reload reads, and how it builds a webhook sender
         self.watcher = watcher_factory(self.inbox.put)
@@ -129,8 +123,10 @@ class Daemon:
         self._next_scan = 0.0
         self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
         self.progress_interval, self._next_progress = progress_interval, 0.0
-        self.newcomers = Newcomers(self.lifecycle, self.clock.wall(), confirm_wait, saved.unconfirmed())
-        self.departures = Departures(metrics)
+        self.newcomers = Newcomers(
+            self.lifecycle, self.clock.wall(), confirm_wait, saved.unconfirmed(), outputs=self.outputs
+        )
+        self.departures = Departures(metrics, self.outputs)
         self.devices = DeviceWatch(devices, config.devices, self.view, metrics)
         # Set again whenever the lifecycle changes, and on each tick.
         self._refresh_admission()
@@ -184,7 +180,8 @@ class Daemon:
         try:
             step(*args)
         except Exception:  # nothing may take the watchdog down; the error is logged whole
-            log.exception("internal error in %s: the daemon carries on", getattr(step, "__name__", step))
+            with self.outputs.guarded(Output.LOG):  # and a log that fails is no exception to that
+                log.exception("internal error in %s: the daemon carries on", getattr(step, "__name__", step))
 
     def _handle(self, message: WatchEvent | DrainDone | ReloadAsked) -> None:
         if isinstance(message, DrainDone):
@@ -251,7 +248,7 @@ class Daemon:
         self._next_scan = now + RESCAN_INTERVAL
         self._refresh_admission()
         unsure = self.newcomers.possibly_signalled
-        if self.runner.admit and late_arrivals(self.scanner, self.store, self.view, self.metrics, unsure):
+        if self.runner.admit and late_arrivals(self.scanner, self.store, self.view, self.outputs, unsure):
             self._apply(self.lifecycle.late_arrivals(self.clock.wall()))
 
     def _refresh_admission(self) -> None:

@@ -20,12 +20,13 @@ from collections.abc import Iterable
 
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.vocabulary import Output
 from watchdog.daemon.drain import Scanner
+from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.view import StatusView
 from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
 from watchdog.surface.logs import fields
-from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -35,9 +36,9 @@ CONFIRM_WAIT = 10.0  # s after start that an unconfirmed event on file signals n
 class Newcomers:
     def __init__(
         self, lifecycle: Lifecycle, started_wall: float, confirm_wait: float = CONFIRM_WAIT,
-        unconfirmed: Iterable[SignalRecord] = (),
+        unconfirmed: Iterable[SignalRecord] = (), *, outputs: Outputs,
     ) -> None:  # fmt: skip
-        self.lifecycle = lifecycle
+        self.lifecycle, self.outputs = lifecycle, outputs
         # Replaced whole (the drain thread reads the copy its order carries); emptied as drains take them on.
         self.possibly_signalled = frozenset(s.identity for s in unconfirmed if s.signal == "SIGTERM")
         self.confirm_wait = confirm_wait
@@ -52,12 +53,13 @@ class Newcomers:
         unconfirmed = life.events and not any(e.confirmed for e in life.events.values())
         if unconfirmed and now >= self.unconfirmed_until and not self._said:
             self._said = True
-            log.warning(
-                "the metadata server has not confirmed the event on file within %.0f s of start: %s",
-                self.confirm_wait,
-                "taking it as still on until its deadline" if admit else "its deadline has passed, so "
-                "nobody new is signalled (those signalled before keep their deadline)",
-            )  # fmt: skip
+            with self.outputs.guarded(Output.LOG):  # the verdict stands whatever its line does
+                log.warning(
+                    "the metadata server has not confirmed the event on file within %.0f s of start: %s",
+                    self.confirm_wait,
+                    "taking it as still on until its deadline" if admit else "its deadline has passed, so "
+                    "nobody new is signalled (those signalled before keep their deadline)",
+                )  # fmt: skip
         return admit
 
     @property
@@ -73,21 +75,24 @@ def late_arrivals(
     scanner: Scanner,
     store: StateStore,
     view: StatusView,
-    metrics: Metrics,
+    outputs: Outputs,
     unsure: frozenset[ProcessIdentity],
 ) -> list[Holder]:
     """Scan while drained events are on, as a drain does: who holds a device now that this event has not
     signalled (one SIGTERM per process per event), or only possibly (`unsure`: its drain SIGKILLs it at the
-    deadline, without a second SIGTERM). Refreshes the holders gauge and /status on the way."""
+    deadline, without a second SIGTERM). Refreshes the holders gauge (`outputs.metrics`) and /status on the
+    way."""
     holders = list(scanner.scan().holders)
     view.holders = holders
-    metrics.set_holders(holders)
+    with outputs.guarded(Output.METRICS):
+        outputs.metrics.set_holders(holders)
     signalled = {s.identity for s in store.state.signals if s.signal == "SIGTERM"} - unsure
     newcomers = [h for h in holders if h.identity not in signalled]
     if newcomers:
-        log.warning(
-            "late arrival: %s opened a TPU device while the event is still on: draining it with the same "
-            "deadline", ", ".join(f"pid {h.pid} ({h.name})" for h in newcomers),
-            extra=fields("late_arrival", pids=" ".join(str(h.pid) for h in newcomers)),
-        )  # fmt: skip
+        with outputs.guarded(Output.LOG):  # said before its drain starts: it must not stop that drain
+            log.warning(
+                "late arrival: %s opened a TPU device while the event is still on: draining it with the "
+                "same deadline", ", ".join(f"pid {h.pid} ({h.name})" for h in newcomers),
+                extra=fields("late_arrival", pids=" ".join(str(h.pid) for h in newcomers)),
+            )  # fmt: skip
     return newcomers

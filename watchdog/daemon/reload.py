@@ -31,6 +31,7 @@ from watchdog.config.schema import BY_KEY, SETTINGS
 from watchdog.config.settings import Config, ConfigError, displayed
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.policy import Policy
+from watchdog.core.vocabulary import Output
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.view import StatusView
@@ -122,7 +123,8 @@ class Reloader:
         if self._pending is not None and not daemon.lifecycle.events:
             self._apply_policy(daemon, self._pending)
             self._pending = None
-            log.info("the reloaded drain settings apply now: the event in progress is over")
+            with daemon.reporter.outputs.guarded(Output.LOG):
+                log.info("the reloaded drain settings apply now: the event in progress is over")
 
     def _apply_policy(self, daemon: Reloadable, config: Config) -> None:
         daemon.policy = policy_from_config(config)

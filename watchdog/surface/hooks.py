@@ -12,7 +12,6 @@ chosen, or that hand a shell a string (config/trust.py), before they get here.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
 import os
 import queue
@@ -24,6 +23,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from watchdog.core.clock import utc_time
 
 HOOK_NAMES = ("on_event_start", "on_drain_end", "on_event_clear")
 OUTPUT_LIMIT = 16 * 1024  # bytes of a hook's output kept for the log; the rest is read and dropped
@@ -45,10 +46,7 @@ class HookContext:
     extra: Mapping[str, str] = field(default_factory=dict)  # more variables, full names
 
     def environment(self, hook: str) -> dict[str, str]:
-        deadline = ""
-        if self.deadline is not None:
-            at = datetime.datetime.fromtimestamp(self.deadline, datetime.timezone.utc)
-            deadline = at.isoformat(timespec="seconds").replace("+00:00", "Z")
+        deadline = "" if self.deadline is None else utc_time(self.deadline, "seconds")  # never raises
         return {
             "TPU_WATCHDOG_HOOK": hook,
             "TPU_WATCHDOG_EVENT": f"{self.event_source}={self.event_value}",
