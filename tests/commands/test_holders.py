@@ -244,7 +244,7 @@ def column_starts(line: str) -> tuple[int, ...]:
     [
         ["--no-such-flag"],
         ["--device"],
-        ["--device", ""],
+        ["--extra-path", ""],
         ["--proc-root", "/no/such/dir"],
         ["--json", "extra"],
     ],
@@ -253,6 +253,30 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     done = holders(*args)
     assert done.returncode == 2
     assert "error" in done.stderr
+
+
+def test_a_bad_device_value_is_a_configuration_error_naming_it() -> None:
+    done = holders("--device", "")
+    assert done.returncode == 78
+    assert "--device: devices.patterns: an empty string is not allowed" in done.stderr
+
+
+def test_the_daemon_s_configuration_names_the_devices(
+    tmp_path: Path, node: Path, holder: subprocess.Popen[str]
+) -> None:
+    """`holders --config F` lists what the daemon with F would drain (its patterns and allowed numbers),
+    where the defaults (/dev/accel*, /dev/vfio/*) match nothing of it."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[devices]\npatterns = ["{node.parent}/accel*"]\nallow_numbers = ["1:8"]\n')
+    bare = [sys.executable, "-m", "watchdog", "holders", "--json"]
+    run = {"capture_output": True, "text": True, "check": False, "timeout": 60}
+    done = subprocess.run([*bare, "--config", str(config)], **run)  # type: ignore[call-overload]
+    assert done.returncode == 0, done.stderr
+    assert holder.pid in {entry["pid"] for entry in json.loads(done.stdout)}
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    done = subprocess.run([*bare, "--config", str(empty)], **run)  # type: ignore[call-overload]
+    assert holder.pid not in {entry["pid"] for entry in json.loads(done.stdout)}
 
 
 @pytest.mark.parametrize(("held", "loaded"), [(True, "psutil"), (False, "")])

@@ -1,6 +1,7 @@
 """`tpu-watchdog holders`: list the processes holding the TPU device files, like `lsof /dev/accel*`.
 
-Exit 0 when something holds a device, 1 when nothing does (so scripts can test it), 2 on a usage error.
+Exit 0 when something holds a device, 1 when nothing does (so scripts can test it), 2 on a usage error, 78
+on a bad configuration (the daemon's: `--config`, else /etc/tpu-watchdog/config.toml when it exists).
 Start-up is kept light on purpose (it runs in shells and probes): only the scanner and the standard library;
 psutil, for the facts of each holder (`watchdog/host/facts.py`), only once there is a holder to describe.
 """
@@ -14,11 +15,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.core.devices import notes_text, parse_number
 from watchdog.core.process import Holder
 from watchdog.exitcodes import EXIT_NO_HOLDERS, EXIT_OK, EXIT_USAGE
 from watchdog.host.devices import SYS
-from watchdog.host.holders import DEFAULT_PATTERNS, HolderScanner, ScanResult
+from watchdog.host.holders import HolderScanner, ScanResult
 
 if TYPE_CHECKING:  # typing only: psutil is imported when there are holders to describe
     from watchdog.core.process import ProcessIdentity
@@ -33,28 +35,17 @@ COLUMNS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--device",
-        action="append",
-        metavar="GLOB",
-        dest="devices",
-        help=f"device path pattern, repeatable (default: {' '.join(DEFAULT_PATTERNS)})",
-    )
+    # The daemon's devices (devices.patterns, extra_paths, allow_numbers from its file, TPU_WATCHDOG_* and
+    # these flags), so `holders` lists what the daemon would drain, not what the defaults would match.
+    add_config_arguments(parser, only=("--config", "--device", "--allow-number"))
     parser.add_argument(
         "--extra-path",
         action="append",
         metavar="PATH",
         dest="extra_paths",
         default=[],
-        help="another file whose holders count, repeatable (e.g. /tmp/libtpu_lockfile)",
-    )
-    parser.add_argument(
-        "--allow-number",
-        action="append",
-        metavar="MAJ:MIN",
-        dest="allow_numbers",
-        default=[],
-        help="a device number watched whatever sysfs says of it, repeatable (as devices.allow_numbers)",
+        help="another file whose holders count, repeatable, beside devices.extra_paths (e.g. "
+        "/tmp/libtpu_lockfile)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of holders instead of a table")
     parser.add_argument(
@@ -140,9 +131,13 @@ def _summary(result: ScanResult, patterns: Sequence[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    patterns: list[str] = args.devices or list(DEFAULT_PATTERNS)
-    if any(not p for p in [*patterns, *args.extra_paths]):
-        sys.stderr.write("tpu-watchdog holders: error: --device and --extra-path need a non-empty value\n")
+    config = load_config_or_exit(args, os.environ)
+    if isinstance(config, int):
+        return config
+    patterns = list(config.devices)
+    extra_paths = [*config.extra_paths, *args.extra_paths]
+    if any(not p for p in args.extra_paths):
+        sys.stderr.write("tpu-watchdog holders: error: --extra-path needs a non-empty value\n")
         return EXIT_USAGE
     for flag, root in (
         ("--proc-root", args.proc_root),
@@ -152,14 +147,9 @@ def run(args: argparse.Namespace) -> int:
         if root is not None and not os.path.isdir(root):
             sys.stderr.write(f"tpu-watchdog holders: error: {flag} {root}: not a directory\n")
             return EXIT_USAGE
-    try:
-        allowed = [parse_number(text) for text in args.allow_numbers]
-    except ValueError as error:
-        sys.stderr.write(f"tpu-watchdog holders: error: --allow-number: {error}\n")
-        return EXIT_USAGE
     scanner = HolderScanner(
-        patterns=patterns, extra_paths=args.extra_paths, proc_root=args.proc_root, node_root=args.node_root,
-        allow_numbers=allowed, sys_root=args.sys_root,
+        patterns=patterns, extra_paths=extra_paths, proc_root=args.proc_root, node_root=args.node_root,
+        allow_numbers=[parse_number(text) for text in config.allow_numbers], sys_root=args.sys_root,
     )  # fmt: skip
     result = scanner.scan()
     sys.stderr.write(notes_text(result.matched))
