@@ -56,11 +56,14 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
             report["status"] = json.loads(answer.read())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
             report["metrics"] = answer.read().decode()
+        report["listen_file"] = (tmp / "state" / "listen").read_text()
         asked = time.monotonic()
         daemon.send_signal(signal.SIGTERM)
         report["stopping"] = until("STOPPING=1")
         report["daemon_exit"] = daemon.wait(timeout=10)
         report["stop_seconds"] = time.monotonic() - asked
+        report["listen_file_after"] = (tmp / "state" / "listen").exists()
+        report["port"] = port
     child.close()
 pings = [t for t, m in systemd.messages if m == "WATCHDOG=1"]
 report["pings"] = len(pings)
@@ -80,6 +83,8 @@ def test_the_daemon_speaks_systemd_drains_and_stops_fast(tmp_path: Path) -> None
     assert report["status"]["last_drain"]["outcome"] == "exited"
     assert 'tpu_watchdog_drains_total{outcome="exited"} 1.0' in report["metrics"]
     assert report["daemon_exit"] == 0
+    assert report["listen_file"] == f"127.0.0.1:{report['port']}\n"  # where `status` finds it
+    assert report["listen_file_after"] is False  # stopped: nothing listens there now
     assert report["stop_seconds"] < 2.0, report["log"]
     # WATCHDOG_USEC=4 s: a ping every 2 s; a gap of 4 s would have had systemd kill the daemon.
     assert report["pings"] >= 1

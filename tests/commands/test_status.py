@@ -15,10 +15,11 @@ from prometheus_client import CollectorRegistry
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
-from watchdog.commands.status import render
+from watchdog.commands.status import addresses, render
 from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
-from watchdog.surface.httpapi import HttpSurface
+from watchdog.store.address import LISTEN_FILE, remove_listen_address, write_listen_address
+from watchdog.surface.httpapi import HttpSurface, RetryingListener
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -265,3 +266,40 @@ def test_a_listener_that_bound_late_is_said() -> None:
     shown = render({"state": "idle", "http": {"address": "127.0.0.1:9478", "error": None, "failed_binds": 4}})
     assert "http:        listening on 127.0.0.1:9478 after 4 failed bind(s)" in shown
     assert "http:" not in render({"state": "idle", "http": {"address": "127.0.0.1:9478", "failed_binds": 0}})
+
+
+def test_status_finds_the_daemon_through_its_state_dir_after_listen_was_edited(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    """`listen` edited in the file, the daemon not yet restarted: status asks where the running daemon
+    said it listens (STATE_DIR/listen), not the new address; an explicit --listen is asked alone."""
+    edited = tmp_path / "edited.toml"
+    edited.write_text('listen = "127.0.0.1:1"\n')  # nobody listens there
+    argv = [sys.executable, "-m", "watchdog", "status", "--config", str(edited),
+            "--state-dir", str(tmp_path / "state"), "--json"]  # fmt: skip
+    with DaemonHarness(tmp_path / "state", fake, workloads) as harness:
+        http = RetryingListener("127.0.0.1:0", harness.daemon.view, harness.daemon.http_attempted)
+        http.start()
+        try:
+            found = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
+            flag = subprocess.run(
+                [*argv, "--listen", "127.0.0.1:1"], capture_output=True, text=True, timeout=60, check=False
+            )
+        finally:
+            http.close()
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["state"] == "idle"
+    assert flag.returncode == 3, flag.stderr  # the state file only
+    assert "no answer from the daemon on 127.0.0.1:1: nothing listens there" in flag.stderr
+
+
+def test_a_daemon_that_cannot_bind_leaves_no_address_to_ask(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    write_listen_address(str(state), "127.0.0.1:4242")
+    assert addresses("127.0.0.1:9478", False, str(state)) == ["127.0.0.1:4242", "127.0.0.1:9478"]
+    assert addresses("127.0.0.1:9478", True, str(state)) == ["127.0.0.1:9478"]  # --listen: that one only
+    remove_listen_address(str(state))
+    assert addresses("127.0.0.1:9478", False, str(state)) == ["127.0.0.1:9478"]
+    (state / LISTEN_FILE).write_text("not an address\n")
+    assert addresses("127.0.0.1:9478", False, str(state)) == ["127.0.0.1:9478"]

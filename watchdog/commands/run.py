@@ -10,6 +10,7 @@ listener and binds again every BIND_RETRY s (surface/httpapi.py `RetryingListene
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ import threading
 from watchdog.config.settings import add_config_arguments, environment_help, load_config, load_config_or_exit
 from watchdog.daemon.sighup import ReloadRequests
 from watchdog.exitcodes import EXIT_CANTCREAT, EXIT_LOCKED, EXIT_OK
+from watchdog.store.address import remove_listen_address
 
 LOCK_WAIT = 30.0  # s a second instance waits for the first to stop (systemd and k8s stop it within 15 s)
 
@@ -101,4 +103,6 @@ def run(args: argparse.Namespace) -> int:
         return daemon.run()
     finally:
         http.close()
+        with contextlib.suppress(OSError):  # nothing listens now: `status` must not try that address
+            remove_listen_address(config.state_dir)
         transport.close()

@@ -1,6 +1,10 @@
 """`tpu-watchdog status [--json]`: what the running daemon sees, from its /status endpoint; when the daemon
 does not answer, what its state file says (marked as such, since it may be stale).
 
+The daemon is found through its state dir (`STATE_DIR/listen`, where it says it listens), then the
+configuration's `listen`: an edited `listen` names the next daemon's address, not this one's. `--listen`
+given on the command line is the only address tried.
+
 Exit 0 when the daemon answered, 3 when only the state file could be read, 1 when neither, or when what
 was read is in a shape this version cannot put in words (a line says so: never a traceback).
 """
@@ -21,6 +25,7 @@ from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.daemon.status_text import render
 from watchdog.exitcodes import EXIT_FROM_STATE_FILE, EXIT_NO_ANSWER, EXIT_OK
 from watchdog.host.procfs import start_time
+from watchdog.store.address import read_listen_address
 from watchdog.store.history import HISTORY_FILE, load_entries
 from watchdog.store.statefile import STATE_FILE
 
@@ -101,16 +106,34 @@ def _recent(state_dir: str) -> list[dict[str, object]]:
         return []
 
 
+def addresses(listen: str, from_flag: bool, state_dir: str) -> list[str]:
+    """Where to ask, in order: the address the running daemon wrote in its state dir, then `listen`."""
+    said = None if from_flag else read_listen_address(state_dir)
+    return [said, listen] if said is not None and said != listen else [listen]
+
+
+def ask(where: list[str]) -> tuple[dict[str, Any] | None, str]:
+    """/status from the first address that answers, or None and why each did not, in words."""
+    why = []
+    for listen in where:
+        try:
+            return fetch(listen), ""
+        except (OSError, urllib.error.URLError, ValueError) as error:
+            why.append(f"on {listen}: {_why(error)}")
+    return None, "; ".join(why)
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args, os.environ)
     if isinstance(config, int):
         return config
-    try:
-        status = fetch(str(config.listen))
-        code = EXIT_OK
-    except (OSError, urllib.error.URLError, ValueError) as error:
+    where = addresses(str(config.listen), config.source("listen").kind == "flag", config.state_dir)
+    answer, why = ask(where)
+    if answer is not None:
+        status, code = answer, EXIT_OK
+    else:
         sys.stderr.write(
-            f"no answer from the daemon on {config.listen}: {_why(error)}. Is it running? See "
+            f"no answer from the daemon {why}. Is it running? See "
             "`systemctl status tpu-watchdog`. Showing its state file instead.\n"
         )
         try:

@@ -48,6 +48,7 @@ from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.host.devices import DeviceSet
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
+from watchdog.store.address import remove_listen_address, write_listen_address
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
 from watchdog.surface.metrics import Metrics
@@ -363,7 +364,13 @@ class Daemon:
         return self.clock.monotonic() + (wall_deadline - self.clock.wall())
 
     def http_attempted(self, address: str, error: str | None) -> None:
-        """The HTTP listener tried to bind (any thread): said once per change, in STATUS= too."""
+        """The HTTP listener tried to bind (any thread): said once per change, in STATUS= too; where it
+        listens is kept in the state dir, for `tpu-watchdog status` (store/address.py)."""
+        with self.outputs.guarded(Output.STATUS):
+            if error is None:
+                write_listen_address(self.store.dir, address)
+            else:
+                remove_listen_address(self.store.dir)
         if self.reporter.listener(address, error):
             with self.outputs.guarded(Output.NOTIFY):
                 self.notifier.status(self.view.summary())
