@@ -308,6 +308,8 @@ def test_a_kernel_device_the_pattern_matched_is_said_refused(tmp_path: Path) -> 
     os.mknod(kmsg, stat.S_IFCHR | 0o600, os.makedev(1, 11))
     done = holders("--device", f"{tmp_path}/*")
     assert done.returncode == 1
-    said = f"warning: not a TPU device, never watched: {kmsg} (1:11, class mem): class mem: one of the kernel"
+    said = (
+        f"warning: not a TPU device, never watched: {kmsg} (1:11): class mem: one of the kernel's own devices"
+    )
     assert said in done.stderr
     assert f"no TPU device file matches {tmp_path}/*" in done.stderr

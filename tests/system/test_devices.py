@@ -96,8 +96,13 @@ def test_holders_of_kernel_devices_under_a_broad_pattern_are_never_signalled_on_
     assert refused == {name: (expected[name], False) for name in refused}
     assert refused  # this kernel had at least /dev/kmsg's and /dev/random's
     said = caplog.text  # at start: the number opted in, and each refusal
-    assert f"watched by number: {workloads.device} (1:7, class mem): named in devices.allow_numbers" in said
-    assert f"not a TPU device, never watched: {workloads.device.parent}/kmsg (1:11, class mem)" in said
+    allowed = (
+        f"watched by number: {workloads.device} (1:7): named in devices.allow_numbers (sysfs: class mem)"
+    )
+    assert allowed in said
+    kmsg = workloads.device.parent / "kmsg"
+    refusal = f"not a TPU device, never watched: {kmsg} (1:11): class mem: one of the kernel's own devices"
+    assert refusal in said
 
 
 def test_a_pattern_matching_nothing_is_said_at_start_shown_empty_and_counted_zero(

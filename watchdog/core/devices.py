@@ -151,12 +151,12 @@ class MatchedDevice:
         return self.number is not None
 
     def describe(self) -> str:
-        """One line: `/dev/vfio/0 (245:0, class vfio): VFIO group 0 of Google PCI devices ...`."""
+        """One line: `/dev/vfio/0 (245:0): VFIO group 0 of Google PCI devices ...` (the why names the class
+        where the class decided)."""
         if self.number is None:
             return f"{self.path}: {self.judgement.why}"
         kind = "block " if self.block else ""
-        cls = f", class {self.facts.subsystem}" if self.facts.subsystem else ""
-        return f"{self.path} ({kind}{number_text(self.number)}{cls}): {self.judgement.why}"
+        return f"{self.path} ({kind}{number_text(self.number)}): {self.judgement.why}"
 
     def to_dict(self) -> dict[str, object]:
         """/status `devices`: the facts, the verdict and why."""
