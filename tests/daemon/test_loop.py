@@ -127,7 +127,7 @@ def test_preemption_uses_the_short_grace_and_kills_what_ignores_sigterm(
         assert record is not None
         assert record.ended is not None
         assert record.ended >= record.deadline  # not before the deadline (the event's first sight + 1.5 s)
-        assert record.deadline - record.started <= 1.5
+        assert abs(record.deadline - record.started - 1.5) < 0.01  # the drain starts when its event did
 
 
 def test_one_drain_per_event_across_a_watch_reconnect(

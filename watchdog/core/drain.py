@@ -87,17 +87,25 @@ class DrainCore:
         late: bool = False,
         scan_first: bool = False,
         possibly_signalled: Collection[ProcessIdentity] = (),
+        started: float | None = None,
+        earlier: Iterable[ProcessRecord] = (),
     ) -> None:
+        """`started`: when the drain began, if before `now` (a drain resumed after a restart keeps its
+        start, so its duration and every offset count from there). `earlier`: its processes that an earlier
+        run signalled and that no longer hold a device (they ended while the daemon was down): in the record
+        from the start, so every surface counts the same processes."""
         if on_timeout not in ON_TIMEOUT:
             raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {on_timeout!r}")
         if not rescan_interval > 0:
             raise ValueError(f"rescan_interval must be > 0 s, not {rescan_interval!r}")
         if not kill_wait >= 0:
             raise ValueError(f"kill_wait must be >= 0 s, not {kill_wait!r}")
+        began = now if started is None else min(started, now)
         self.record = DrainRecord(
-            started=now, started_wall=now_wall, deadline=deadline, on_timeout=on_timeout, dry_run=dry_run,
-            late=late,
+            started=began, started_wall=now_wall - (now - began), deadline=deadline, on_timeout=on_timeout,
+            dry_run=dry_run, late=late,
         )  # fmt: skip
+        self._now = now  # when this run of the drain starts (`start`)
         self.phase = Phase.WAITING
         self._initial = list(
             {h.identity: h for h in holders}.values()
@@ -111,6 +119,10 @@ class DrainCore:
         self._last_scan = now
         self._kill_deadline: float | None = None
         self._pending: dict[ProcessIdentity, None] = {}  # record.pending(), kept as it changes (500 holders)
+        held = {h.identity for h in self._initial}
+        for proc in earlier:
+            if proc.identity not in held and not proc.pending:
+                self.record.processes[proc.identity] = proc
         self._held_back: set[ProcessIdentity] = set()  # newcomers seen by the last scan and not admitted
         self._said_held_back = False
         # The holders came from the warm index (signalled at once, re-checked): a full scan is due right after
@@ -129,7 +141,7 @@ class DrainCore:
     def start(self, admit_new: bool = True) -> list[SendSignal]:
         """The first actions: SIGTERM every holder not already signalled (or, past the deadline, the kill).
         `admit_new=False`: only processes an earlier run signalled are taken on; the others wait."""
-        now = self.record.started
+        now = self._now
         if now >= self.record.deadline and self._awaiting_scan:
             return []  # past the deadline the full scan decides it all (the kill included)
         if now >= self.record.deadline:
@@ -145,7 +157,7 @@ class DrainCore:
                 self._held_back.add(holder.identity)
         self._note_held_back()
         if not self._pending and not self._held_back and not self._awaiting_scan:
-            self._finish(Outcome.NO_HOLDERS, now)
+            self._finish(Outcome.EXITED if self.record.processes else Outcome.NO_HOLDERS, now)
         return actions
 
     def observe_signal(
@@ -230,7 +242,7 @@ class DrainCore:
                 if self._waits(h.identity, admit_new):
                     self._held_back.add(h.identity)
                     continue
-                late = self.record.late or (now > self.record.started and not first)
+                late = self.record.late or (now > self._now and not first)
                 action = self._track(h, now, late=late)
                 if action is not None:
                     actions.append(action)

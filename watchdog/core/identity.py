@@ -86,6 +86,11 @@ def host_fields(labels: Mapping[str, str], known_only: bool = False) -> dict[str
     return {name: value for name, value in fields.items() if value or not known_only}
 
 
+def host_labels(fields: Mapping[str, str]) -> dict[str, str]:
+    """The inverse of `host_fields`: the labels of a `host` object (what an opening history entry kept)."""
+    return {label: fields.get(name, "") for name, label in HOST_FIELDS.items()}
+
+
 def parse_tpu_env(text: str) -> tuple[dict[str, str], int]:
     """The `KEY: 'value'` lines of tpu-env (quotes optional), and how many lines were not such a line."""
     values: dict[str, str] = {}

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain import DrainCore, SendSignal
-from watchdog.core.drain_record import DrainRecord, ExitStatus, SignalResult
+from watchdog.core.drain_record import DrainRecord, ExitStatus, ProcessRecord, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import DEFAULT_MAINTENANCE_GRACE, DEFAULT_ON_TIMEOUT, OnTimeout
 from watchdog.host.exits import PidfdExitWaiter
@@ -77,7 +77,8 @@ class DrainPlan:
     SIGTERM is never sent twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks).
     `late`: a drain for late arrivals (see `watchdog.core.lifecycle`). `scan_first`: `holders` came from the
     warm index, re-checked: they are signalled at once, and a full scan follows straight away.
-    `possibly_signalled`: of those, the SIGTERMs on file only as intents: held back until admitted."""
+    `possibly_signalled`: of those, the SIGTERMs on file only as intents: held back until admitted.
+    `started`, `earlier`: a resumed drain is the same drain (`DrainCore`): its start and its processes."""
 
     grace: float | None = None
     deadline: float | None = None
@@ -89,6 +90,8 @@ class DrainPlan:
     late: bool = False
     scan_first: bool = False
     possibly_signalled: frozenset[ProcessIdentity] = frozenset()
+    started: float | None = None  # when a resumed drain began (monotonic): its start, kept
+    earlier: Sequence[ProcessRecord] = ()  # a resumed drain's processes that ended while the daemon was down
 
     def __post_init__(self) -> None:
         if self.grace is not None and self.deadline is not None:
@@ -164,6 +167,8 @@ def run_drain(
         late=plan.late,
         scan_first=plan.scan_first,
         possibly_signalled=plan.possibly_signalled,
+        started=plan.started,
+        earlier=plan.earlier,
     )
     loop = _Loop(core, scanner, signaller, exits, clock, listener)
     try:

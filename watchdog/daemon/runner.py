@@ -27,12 +27,14 @@ from dataclasses import dataclass
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, time_left, utc_time
-from watchdog.core.drain_record import DrainRecord, SignalResult
+from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import DaemonState, Output
 from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
+from watchdog.host.procfs import start_time
+from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
 from watchdog.surface.logs import fields, workload_fields
 from watchdog.surface.metrics import Metrics
@@ -57,6 +59,8 @@ class DrainOrder:
     already_signalled: Mapping[ProcessIdentity, Collection[int]]
     first_wave: tuple[Holder, ...] = ()  # from the warm index, re-checked (`first_wave`): signalled at once
     possibly_signalled: frozenset[ProcessIdentity] = frozenset()  # SIGTERM intents on file never confirmed
+    started_wall: float | None = None  # when the drain began (`ActiveDrain.started`): a resumed one keeps it
+    on_file: tuple[SignalRecord, ...] = ()  # a resumed drain's signals in the state file (its own only)
 
 
 class DrainRunner(DrainListener):
@@ -120,6 +124,9 @@ class DrainRunner(DrainListener):
         try:
             holders = order.first_wave or self._first_scan()
             self._said_started(order, holders)
+            started = None
+            if order.started_wall is not None:
+                started = self.clock.monotonic() - max(0.0, self.clock.wall() - order.started_wall)
             plan = DrainPlan(
                 deadline=order.deadline,
                 on_timeout=self.config.on_timeout,
@@ -129,6 +136,8 @@ class DrainRunner(DrainListener):
                 late=order.late,
                 scan_first=bool(order.first_wave),
                 possibly_signalled=order.possibly_signalled,
+                started=started,
+                earlier=earlier_processes(order.on_file, holders, exited_only=bool(order.first_wave)),
             )
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
@@ -149,9 +158,20 @@ class DrainRunner(DrainListener):
     def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
         with self.outputs.guarded(Output.LOG):
             then = "SIGKILL what still holds a device" if self.config.on_timeout == "kill" else "leave them"
+            dry, send = ("[dry run] ", "would send SIGTERM") if self.config.dry_run else ("", "SIGTERM")
+            fresh = sum(signal.SIGTERM not in order.already_signalled.get(h.identity, ()) for h in holders)
+            if order.cause in ("resumed", "retry"):  # the same drain: only those not signalled yet get one
+                began = f" (started {utc_time(order.started_wall)})" if order.started_wall is not None else ""
+                what = (
+                    f"{order.cause} drain {order.drain_id}{began}: {len(holders)} TPU holder(s) hold a device"
+                )
+                what += (
+                    f", {send} now to the {fresh} not yet signalled" if fresh else ", all signalled before"
+                )
+            else:
+                what = f"draining {len(holders)} TPU holder(s) for {order.cause}: {send} now"
             log.warning(
-                "draining %d TPU holder(s) for %s: SIGTERM now, deadline %s (%s), then %s",
-                len(holders), order.cause, utc_time(order.wall_deadline),
+                "%s%s, deadline %s (%s), then %s", dry, what, utc_time(order.wall_deadline),
                 time_left(order.wall_deadline, self.clock.wall()), then,
                 extra=fields("drain_started", event=order.cause, state=DaemonState.DRAINING.value,
                              drain_id=order.drain_id, late=order.late),
@@ -250,6 +270,32 @@ class DrainRunner(DrainListener):
 
     def admits_newcomers(self) -> bool:
         return self.admit
+
+
+def earlier_processes(
+    on_file: Sequence[SignalRecord], holders: Sequence[Holder], exited_only: bool
+) -> tuple[ProcessRecord, ...]:
+    """A resumed drain's processes that an earlier run signalled and that hold no device now: exited (how,
+    unknown: it ended while the daemon was down) or, still running, released it. `exited_only`: the holders
+    came from the warm index, not a full scan, so a running one may still hold a device (the scan decides)."""
+    held = {h.identity for h in holders}
+    grouped: dict[ProcessIdentity, list[SignalRecord]] = {}
+    for s in on_file:
+        if s.identity not in held:
+            grouped.setdefault(s.identity, []).append(s)
+    found = []
+    for identity, records in grouped.items():
+        running = start_time(identity.pid) == identity.start_time
+        if running and exited_only:
+            continue
+        proc = ProcessRecord(identity, records[0].name, (), first_seen=0.0)
+        for r in records:
+            result = SignalResult(r.result or SignalResult.SENT.value)  # an intent: it may have gone
+            proc.signals.append(SentSignal(int(signal.Signals[r.signal]), None, result))
+        proc.end = End.RELEASED if running else End.EXITED
+        proc.exit_status = None if running else UNKNOWN_EXIT
+        found.append(proc)
+    return tuple(found)
 
 
 def _name(record: DrainRecord, identity: ProcessIdentity) -> str:

@@ -1,0 +1,66 @@
+"""One drain, one record: a drain cut by a restart is told the same way by every surface (its start, its
+duration, its processes). Real daemons (in-process, through compose), real holders, real signals, a real
+webhook receiver; the history read back from the file."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.support.waiting import wait_for
+from tests.support.webhook_receiver import WebhookReceiver
+from tests.support.workloads import Workloads
+from watchdog.core.clock import parse_utc_text
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.store.history import HISTORY_FILE, load_entries
+from watchdog.surface.logs import KIND
+
+TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
+DURATION = "tpu_watchdog_drain_duration_seconds_sum"
+
+
+def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tpu-watchdog")
+    leaves = workloads.start("handled")  # exits on SIGTERM before the restart
+    stays = workloads.start("report")  # never exits: the deadline's SIGKILL ends it, after the restart
+    state_dir = tmp_path / "state"
+    with WebhookReceiver(statuses=[]) as receiver:
+        config = {"maintenance_grace": 5.0, "webhooks": (receiver.url,)}
+        with DaemonHarness(state_dir, fake, workloads, **config) as first:  # type: ignore[arg-type]
+            fake.set(MAINTENANCE, TERMINATE)
+            stays.expect("term")
+            assert leaves.popen.wait(timeout=10) == 0
+            drain_id = first.daemon.lifecycle.drain.drain_id  # type: ignore[union-attr]
+        caplog.clear()
+        with DaemonHarness(state_dir, fake, workloads, **config) as again:  # type: ignore[arg-type]
+            assert stays.popen.wait(timeout=15) == -signal.SIGKILL
+            again.wait_state("timed_out")
+            record = again.daemon.view.last_record
+            duration = again.metric(DURATION)
+        finished = wait_for(
+            lambda: [b for b in receiver.delivered() if b["type"] == "drain_finished"], what="the notice"
+        )
+        resumed = [b for b in receiver.delivered() if b["type"] == "drain_started"][-1]
+    (entry,) = [e for e in load_entries(str(state_dir / HISTORY_FILE)) if e["outcome"]]
+    assert entry["id"] == drain_id
+    started = parse_utc_text(str(entry["started"]))
+    assert record is not None
+    assert abs(record.started_wall - started) < 0.01  # the first run's start, not the restart's
+    assert abs(record.ended - record.started - float(entry["duration"])) < 0.01  # type: ignore[operator]
+    assert abs(duration - float(entry["duration"])) < 0.01  # type: ignore[arg-type]
+    assert len(record.processes) == len(entry["processes"]) == 2  # type: ignore[arg-type]
+    (notice,) = finished
+    assert notice["drain_id"] == drain_id
+    assert abs(parse_utc_text(str(notice["started"])) - started) < 0.01
+    assert len(notice["processes"]) == 2  # type: ignore[arg-type]
+    assert "2 process(es)" in str(notice["text"])
+    assert any("drain timed_out" in r.message and "2 process(es)" in r.message for r in caplog.records)
+    said = [r.message for r in caplog.records if getattr(r, KIND, None) == "drain_started"]
+    assert said and "SIGTERM now" not in said[-1]  # nothing is sent: both were signalled before
+    assert f"resumed drain {drain_id}" in said[-1]
