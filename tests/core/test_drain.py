@@ -50,7 +50,7 @@ def test_all_exited_before_deadline_is_exited_with_statuses() -> None:
     assert c.record.outcome is Outcome.EXITED
     assert c.record.ended == T0 + 2
     assert str(c.record.processes[A.identity].exit_status) == "exited 0"
-    assert str(c.record.processes[B.identity].exit_status) == "killed by signal 15"
+    assert str(c.record.processes[B.identity].exit_status) == "killed by SIGTERM"
     assert c.record.processes[A.identity].signalled_at == T0
 
 

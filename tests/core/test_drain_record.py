@@ -26,9 +26,9 @@ from watchdog.core.vocabulary import Outcome, SigtermDisposition
     [
         (0, "exited 0"),
         (3 << 8, "exited 3"),
-        (15, "killed by signal 15"),
-        (9, "killed by signal 9"),
-        (9 | 0x80, "killed by signal 9"),  # core dumped
+        (15, "killed by SIGTERM"),
+        (9, "killed by SIGKILL"),
+        (9 | 0x80, "killed by SIGKILL"),  # core dumped
     ],
 )
 def test_wait_status_decoding(status: int, text: str) -> None:
@@ -66,7 +66,7 @@ def record() -> DrainRecord:
 def test_summary_says_who_blocked_and_why() -> None:
     text = record().summary()
     assert text.splitlines()[0].startswith("drain timed_out after 310.00 s (deadline +300.0 s")
-    assert "10@111 train; SIGTERM sent +0.00 s; killed by signal 15 at +1.50 s" in text
+    assert "10@111 train; SIGTERM sent +0.00 s; exited (killed by SIGTERM) at +1.50 s" in text
     assert "no checkpoint" in text
     assert (
         "20@222 stuck; SIGTERM sent before restart; SIGKILL not sent (denied) +300.00 s; still running"
@@ -85,7 +85,7 @@ def test_to_dict_is_json_with_wall_clock_times() -> None:
     procs = data["processes"]
     assert isinstance(procs, list)
     first = procs[0]
-    assert first["exit_status"] == "killed by signal 15"
+    assert (first["end"], first["exit_status"], first["exit_signal"]) == ("exited", None, "SIGTERM")
     assert first["signalled_at"] == 1_700_000_000.0
     assert first["killed"] is False
     assert procs[1]["signalled_at"] is None  # sent by an earlier run: time unknown
@@ -112,8 +112,11 @@ def test_one_line_summary_counts_how_processes_ended() -> None:
     record.outcome, record.ended = Outcome.TIMED_OUT, 301.0
     line = record.one_line()
     assert "\n" not in line
-    assert line.startswith("drain timed_out after 301.00 s: 3 process(es): 2 exited, 1 killed")
-    assert "1 died of SIGTERM's default action" in line
+    # Each process counted once, by how it ended; the losses apart, never as one more process.
+    assert line == (
+        "drain timed_out after 301.00 s: 3 process(es): 1 exited, 1 died of SIGTERM's default action, "
+        "1 killed (2 of them lost their progress)"
+    )
 
 
 def test_a_rehearsal_says_what_would_have_been_killed_not_that_it_was() -> None:
@@ -159,7 +162,7 @@ def test_a_drain_that_exited_still_reports_the_job_that_died_of_sigterm_as_lost(
     data = r.to_dict()
     assert data["outcome"] == "exited"
     assert data["lost_progress"] == 1
-    assert "1 lost its progress" in r.one_line()
+    assert "(1 of them lost their progress)" in r.one_line()
     assert "saved no checkpoint" in r.summary()
     r.dry_run = True
     assert r.losses() == {}  # a dry run sent nothing, so it cost nothing
@@ -193,3 +196,22 @@ def test_a_death_of_sigterm_s_default_action_is_seen_or_inferred_from_the_dispos
     r.processes[proc.identity] = proc
     [shown] = r.to_dict()["processes"]
     assert shown["sigterm"] == (disposition.value if disposition else None)
+
+
+def test_a_process_s_end_is_said_in_the_history_s_words() -> None:
+    """`exited` (never `unknown`) for a process whose exit status could not be read, `killed` once (never
+    `killed by signal 9` beside `killed by SIGKILL`): the words `ProcessEnd` gives every surface."""
+    gone = ProcessRecord(ProcessIdentity(1, 1), "jax", ("/dev/accel0",), 0.0, end=End.EXITED, ended_at=5.56)
+    gone.signals.append(SentSignal(signal.SIGTERM, 0.0, SignalResult.SENT))
+    gone.exit_status = ExitStatus()
+    killed = ProcessRecord(
+        ProcessIdentity(2, 1), "hang", ("/dev/accel0",), 0.0, end=End.EXITED, ended_at=30.2
+    )
+    killed.signals += [SentSignal(15, 0.0, SignalResult.SENT), SentSignal(9, 30.0, SignalResult.SENT)]
+    killed.exit_status = ExitStatus(signal=9)
+    assert gone.describe(0.0).endswith("; exited at +5.56 s")
+    assert gone.public_end().value == "exited"
+    said = killed.describe(0.0)
+    assert said.endswith("; killed at +30.20 s"), said
+    assert "signal 9" not in said
+    assert killed.public_end().value == "killed"

@@ -95,13 +95,13 @@ def test_workloads_that_exit_on_sigterm_end_the_drain_early(workloads: Workloads
     assert record.ended is not None
     assert record.ended - record.started < 60
     procs = record.processes
-    assert str(procs[default.identity].exit_status) == "killed by signal 15"
-    assert str(procs[session.identity].exit_status) == "killed by signal 15"
+    assert str(procs[default.identity].exit_status) == "killed by SIGTERM"
+    assert str(procs[session.identity].exit_status) == "killed by SIGTERM"
     assert str(procs[handled.identity].exit_status) == "exited 0"
     assert str(procs[slow.identity].exit_status) == "exited 0"
     assert str(procs[forking.identity].exit_status) == "exited 0"
     # not our child: its status is known only if it was still a zombie when we looked
-    assert str(procs[forking.grandchild].exit_status) in ("killed by signal 15", "unknown")
+    assert str(procs[forking.grandchild].exit_status) in ("killed by SIGTERM", "unknown")
     for identity in everyone:
         assert not procs[identity].killed
         assert [c for c in live.calls if c[1] == identity] == [
@@ -120,7 +120,7 @@ def test_ignoring_sigterm_is_killed_at_the_deadline_releasing_is_not(workloads: 
     assert record.outcome is Outcome.TIMED_OUT, record.summary()
     procs = record.processes
     assert procs[stubborn.identity].killed
-    assert str(procs[stubborn.identity].exit_status) == "killed by signal 9"
+    assert str(procs[stubborn.identity].exit_status) == "killed by SIGKILL"
     assert procs[releasing.identity].end is End.RELEASED
     assert not procs[releasing.identity].killed
     assert releasing.alive()

@@ -72,10 +72,13 @@ def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
     (body,) = receiver.delivered()
     assert (body["outcome"], body["drain_id"], body["started"]) == ("timed_out", "20261201T163103.006Z",
                                                                     "2026-12-01T16:31:03.000Z")  # fmt: skip
-    assert [(p["pid"], p["signals"], p["end"], p["exit_status"]) for p in body["processes"]] == [
-        (7, ["SIGTERM"], "exited", "exited 0"),
-        (8, ["SIGTERM", "SIGKILL"], "killed", None),
-        (9, ["SIGTERM"], "released", None),
+    # The history's words and types: `exit_status` the code (a number), `exit_signal` the signal's name.
+    assert [
+        (p["pid"], p["signals"], p["end"], p["exit_status"], p["exit_signal"]) for p in body["processes"]
+    ] == [
+        (7, ["SIGTERM"], "exited", 0, None),
+        (8, ["SIGTERM", "SIGKILL"], "killed", None, None),
+        (9, ["SIGTERM"], "released", None, None),
     ]
     assert body["text"].endswith("; killed: pid 8 (stuck)")
 

@@ -55,7 +55,7 @@ def test_own_child_exit_status_without_reaping(workloads: Workloads, waiter: Pid
     os.kill(handled.identity.pid, signal.SIGTERM)
     assert wait_exit(waiter, handled.identity) == "exited 0"
     os.kill(default.identity.pid, signal.SIGTERM)
-    assert wait_exit(waiter, default.identity) == "killed by signal 15"
+    assert wait_exit(waiter, default.identity) == "killed by SIGTERM"
     assert handled.popen.wait(timeout=20) == 0  # still ours to reap: waitid(WNOWAIT) left it
     assert default.popen.wait(timeout=20) == -signal.SIGTERM
     assert waiter.watching() == set()
@@ -67,7 +67,7 @@ def test_pidfd_status_is_exact_for_own_children(workloads: Workloads) -> None:
         child = workloads.start("ignore")
         waiter.watch(child.identity)
         child.popen.send_signal(signal.SIGKILL)
-        assert wait_exit(waiter, child.identity) == "killed by signal 9"
+        assert wait_exit(waiter, child.identity) == "killed by SIGKILL"
 
 
 ORPHAN_PARENT = """
@@ -93,7 +93,7 @@ def test_status_of_someone_elses_child_from_proc_while_zombie(waiter: PidfdExitW
         assert waiter.watch(identity) is None
         assert waiter.running(identity)
         os.kill(pid, signal.SIGTERM)
-        assert wait_exit(waiter, identity) == "killed by signal 15"
+        assert wait_exit(waiter, identity) == "killed by SIGTERM"
     finally:
         parent.kill()
         parent.wait(timeout=20)

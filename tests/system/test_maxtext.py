@@ -76,7 +76,7 @@ def saved_at_sync_point(result: dict[str, Any], checkpoints: Path) -> int:
     assert step % CHECKPOINT_PERIOD != 0  # unscheduled: saved because of the SIGTERM
     assert (checkpoints / str(step) / "commit_success.txt").exists()  # Orbax committed it
     assert (checkpoints / str(step) / "_CHECKPOINT_METADATA").exists()
-    assert_kept_progress(result, "exited 0")
+    assert_kept_progress(result, 0)
     return step
 
 

@@ -55,6 +55,7 @@ def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
     assert abs(record.ended - record.started - float(entry["duration"])) < 0.01  # type: ignore[operator]
     assert abs(duration - float(entry["duration"])) < 0.01  # type: ignore[arg-type]
     assert len(record.processes) == len(entry["processes"]) == 2  # type: ignore[arg-type]
+    assert resumed["drain_id"] == drain_id
     (notice,) = finished
     assert notice["drain_id"] == drain_id
     assert abs(parse_utc_text(str(notice["started"])) - started) < 0.01
@@ -62,5 +63,6 @@ def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
     assert "2 process(es)" in str(notice["text"])
     assert any("drain timed_out" in r.message and "2 process(es)" in r.message for r in caplog.records)
     said = [r.message for r in caplog.records if getattr(r, KIND, None) == "drain_started"]
-    assert said and "SIGTERM now" not in said[-1]  # nothing is sent: both were signalled before
+    assert said
+    assert "SIGTERM now" not in said[-1]  # nothing is sent: both were signalled before
     assert f"resumed drain {drain_id}" in said[-1]

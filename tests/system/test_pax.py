@@ -60,7 +60,7 @@ def saved_on_demand(result: dict[str, Any], checkpoints: Path) -> int:
     saved = checkpoints / f"checkpoint_{step:08d}"  # renamed from its tmp dir: committed
     assert saved.is_dir(), sorted(p.name for p in checkpoints.iterdir())
     assert not list(checkpoints.glob("*orbax-checkpoint-tmp*"))  # nothing half-written left
-    assert_kept_progress(result, "exited 1")
+    assert_kept_progress(result, 1)
     return step
 
 

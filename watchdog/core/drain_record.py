@@ -11,7 +11,7 @@ import signal
 from dataclasses import dataclass, field
 
 from watchdog.core.process import ProcessIdentity
-from watchdog.core.vocabulary import OnTimeout, Outcome, SigtermDisposition
+from watchdog.core.vocabulary import OnTimeout, Outcome, ProcessEnd, SigtermDisposition
 from watchdog.core.workload import Workload
 
 
@@ -71,12 +71,25 @@ class ExitStatus:
         its distributed initialisation (where the preemption handler is installed) ends so."""
         return self.signal == signal.SIGTERM or self.code == 128 + signal.SIGTERM
 
+    @property
+    def signal_name(self) -> str | None:
+        """`SIGTERM` for the killing signal 15 (a number the enum lacks as `signal 40`); None without one."""
+        return None if self.signal is None else signal_name(self.signal)
+
     def __str__(self) -> str:
         if self.code is not None:
             return f"exited {self.code}"
         if self.signal is not None:
-            return f"killed by signal {self.signal}"
+            return f"killed by {self.signal_name}"
         return "unknown"
+
+
+def signal_name(signum: int) -> str:
+    """`SIGTERM` for 15; a number the enum lacks (a real-time signal, 35-63) as `signal 40`."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 UNKNOWN_EXIT = ExitStatus()
@@ -150,6 +163,18 @@ class ProcessRecord:
             return Death.INFERRED
         return None
 
+    def public_end(self, dry_run: bool = False) -> ProcessEnd:
+        """Its end in the one vocabulary every surface shows (`ProcessEnd`): gone or reused before a
+        signal counts as exited (it left on its own), protected as still running; in a dry run nothing was
+        sent, so nothing was killed."""
+        if self.killed and not dry_run:
+            return ProcessEnd.KILLED
+        if self.end in (End.EXITED, End.GONE, End.IDENTITY_CHANGED):
+            return ProcessEnd.EXITED
+        if self.end is End.RELEASED:
+            return ProcessEnd.RELEASED
+        return ProcessEnd.STILL_RUNNING
+
     def loss(self) -> Loss | None:
         """Why it lost its progress, once its drain is over (None: it kept it, or never had to save)."""
         if self.killed:
@@ -167,6 +192,7 @@ class ProcessRecord:
             return "before restart" if at is None else f"+{at - start:.2f} s"
 
         verb = "would send" if dry_run else "sent"
+        end = self.public_end(dry_run)
         words = self.workload.describe() if self.workload else ""
         who = f"{self.identity} {self.name}" + (f" [{words}]" if words else "")
         parts = [who + (" (late arrival)" if self.late_arrival else "")]
@@ -176,11 +202,14 @@ class ProcessRecord:
                 parts.append(f"{name} {verb} {t(s.at)}")
             else:
                 parts.append(f"{name} not sent ({s.result.value}) {t(s.at)}")
-        if self.end is End.EXITED:
-            status = self.exit_status or UNKNOWN_EXIT
-            # Not our child, its status may be unreadable; after a SIGKILL it can only have been that.
-            shown = "killed by SIGKILL" if self.killed and not status.known else str(status)
-            parts.append(f"{shown} at {t(self.ended_at)}")
+        status = self.exit_status or UNKNOWN_EXIT
+        how = f" ({status})" if status.known and not (self.killed and status.signal == signal.SIGKILL) else ""
+        if end is ProcessEnd.KILLED and self.end is End.EXITED:
+            parts.append(f"{end.value}{how} at {t(self.ended_at)}")
+        elif end is ProcessEnd.KILLED:
+            parts.append(f"{end.value}, {ProcessEnd.STILL_RUNNING.value.replace('_', ' ')} after SIGKILL")
+        elif self.end is End.EXITED:
+            parts.append(f"{end.value}{how} at {t(self.ended_at)}")
             if self.sigterm_death is Death.SEEN:
                 parts.append("SIGTERM's default action: it had no handler, so it saved no checkpoint")
             elif self.sigterm_death is Death.INFERRED:
@@ -193,8 +222,10 @@ class ProcessRecord:
             parts.append("its PID now belongs to another process: not signalled")
         elif self.end is End.PROTECTED:
             parts.append("PID 1, the watchdog itself or a kernel thread: never signalled")
+        elif dry_run and self.sent(signal.SIGKILL):
+            parts.append("still running (a real drain would have SIGKILLed it)")
         else:
-            parts.append("still running" + (" after SIGKILL" if self.killed else ""))
+            parts.append("still running")
         return "; ".join(parts)
 
 
@@ -245,18 +276,23 @@ class DrainRecord:
         state = self.outcome.value if self.outcome else "in progress"
         took = f" after {self.ended - self.started:.2f} s" if self.ended is not None else ""
         procs = list(self.processes.values())
-        counts = {
-            "exited": sum(p.end is End.EXITED and not p.killed for p in procs),
-            "would have been killed" if self.dry_run else "killed": sum(p.killed for p in procs),
-            "released": sum(p.end is End.RELEASED for p in procs),
-            "died of SIGTERM's default action": sum(p.sigterm_death is not None for p in procs),
-            "still running": sum(p.pending for p in procs),
-            "lost its progress": len(self.losses()),
-        }
-        parts = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+        counts: dict[str, int] = {}
+        for p in procs:  # each process once, by its end
+            end = p.public_end(self.dry_run)
+            if end is ProcessEnd.EXITED and p.sigterm_death is not None:
+                what = "died of SIGTERM's default action"
+            elif self.dry_run and p.sent(signal.SIGKILL):
+                what = "would have been killed"
+            else:
+                what = end.value.replace("_", " ")
+            counts[what] = counts.get(what, 0) + 1
+        parts = ", ".join(f"{n} {what}" for what, n in counts.items())
         dry = " (dry run: nothing was sent)" if self.dry_run else ""
         late = "late-arrival " if self.late else ""
-        return f"{late}drain {state}{took}: {len(procs)} process(es){': ' + parts if parts else ''}{dry}"
+        lost = len(self.losses())
+        lost_text = f" ({lost} of them lost their progress)" if lost else ""
+        head = f"{late}drain {state}{took}: {len(procs)} process(es)"
+        return f"{head}{': ' + parts if parts else ''}{lost_text}{dry}"
 
     def to_dict(self) -> dict[str, object]:
         """Plain data (wall-clock seconds) for JSON: the state file, `status`, the drill report."""
@@ -287,10 +323,11 @@ class DrainRecord:
                         {"signal": signal.Signals(s.signum).name, "at": w(s.at), "result": s.result.value}
                         for s in p.signals
                     ],
-                    "end": p.end.value if p.end else None,
+                    "end": p.public_end(self.dry_run).value,
                     "ended_at": w(p.ended_at),
                     "killed": p.killed,
-                    "exit_status": str(p.exit_status) if p.exit_status else None,
+                    "exit_status": p.exit_status.code if p.exit_status else None,
+                    "exit_signal": p.exit_status.signal_name if p.exit_status else None,
                     "late_arrival": p.late_arrival,
                     "sigterm": p.sigterm.value if p.sigterm else None,
                     "workload": p.workload.to_dict() if p.workload else None,

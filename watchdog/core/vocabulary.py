@@ -40,6 +40,17 @@ class SigtermDisposition(str, enum.Enum):
     DEFAULT = "default"  # the kernel's default action: it dies at once, nothing saved
 
 
+class ProcessEnd(str, enum.Enum):
+    """How one process of a drain ended, the one word every surface uses (the history's and /status's
+    `end`, the webhook's, the log line's): how it died, when known, is its exit status beside it."""
+
+    EXITED = "exited"  # it exited (on SIGTERM, of SIGTERM's default action, or before being signalled)
+    KILLED = "killed"  # SIGKILL went out: it never left on its own
+    RELEASED = "released"  # it closed the device and kept running
+    STILL_RUNNING = "still_running"  # it held a device when the drain ended (or a dry run sent it nothing)
+    UNKNOWN = "unknown"  # the daemon could not see how it ended (the host restarted mid-drain)
+
+
 class Output(str, enum.Enum):
     """What the daemon tells (the `tpu_watchdog_output_errors_total` label): each is told after the signal
     it is about and never stands in its way; a failure of one is caught and counted, never raised."""

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from watchdog.core.clock import Clock, time_left, utc_time
-from watchdog.core.drain_record import DrainRecord, End, ProcessRecord, SignalResult
+from watchdog.core.drain_record import DrainRecord, ProcessRecord, SignalResult
 from watchdog.core.identity import host_fields
 from watchdog.core.lifecycle import Event
 from watchdog.core.vocabulary import WatchedKey
@@ -90,7 +90,8 @@ class Notices:
             outcome=record.outcome.value if record.outcome else None,
             started=_time(record.started_wall),
             ended=_time(record.wall(record.ended) if record.ended is not None else None),
-            processes=[process_summary(p) for p in record.processes.values()],
+            duration=None if record.ended is None else round(record.ended - record.started, 3),
+            processes=[process_summary(p, record.dry_run) for p in record.processes.values()],
         )  # fmt: skip
 
     def event_cleared(self, event: Event) -> None:
@@ -127,18 +128,18 @@ def _who(p: ProcessRecord) -> str:
     return f"{p.name or 'name unknown'}, {words}" if words else p.name or "name unknown"
 
 
-def process_summary(p: ProcessRecord) -> dict[str, object]:
-    """One process of a drain for a receiver: who, which signals went out, how it ended."""
-    if p.end is None:
-        end = "still_running"
-    else:
-        end = "killed" if p.killed and p.end is End.EXITED else p.end.value
+def process_summary(p: ProcessRecord, dry_run: bool = False) -> dict[str, object]:
+    """One process of a drain for a receiver: who, which signals went out, how it ended, in the history's
+    words and types (`end` a `ProcessEnd`, `exit_status` the exit code, `exit_signal` the killing signal).
+    """
+    status = p.exit_status
     return {
         "pid": p.identity.pid,
         "name": p.name,
         "signals": [signal.Signals(s.signum).name for s in p.signals if s.result is SignalResult.SENT],
-        "end": end,
-        "exit_status": str(p.exit_status) if p.exit_status is not None and p.exit_status.known else None,
+        "end": p.public_end(dry_run).value,
+        "exit_status": status.code if status else None,
+        "exit_signal": status.signal_name if status else None,
         "workload": p.workload.to_dict() if p.workload else None,  # its unit, container, pod: who to page
     }
 

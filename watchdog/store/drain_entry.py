@@ -15,19 +15,28 @@ from __future__ import annotations
 
 import functools
 import pwd
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from watchdog.core.clock import utc_text
-from watchdog.core.drain_record import INFERRED_DEATH, Death, DrainRecord, End, ProcessRecord, SignalResult
+from watchdog.core.drain_record import (
+    INFERRED_DEATH,
+    Death,
+    DrainRecord,
+    End,
+    ProcessRecord,
+    SignalResult,
+    signal_name,
+)
 from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import ProcessEnd
 from watchdog.core.workload import Workload
 from watchdog.store.records import SignalRecord
 
 ENTRY_VERSION = 1
-EXITED, RELEASED, KILLED, STILL_RUNNING, UNKNOWN = "exited", "released", "killed", "still_running", "unknown"
-ENDS = (EXITED, RELEASED, KILLED, STILL_RUNNING, UNKNOWN)  # unknown: the daemon could not see how it ended
+EXITED, KILLED, RELEASED = ProcessEnd.EXITED.value, ProcessEnd.KILLED.value, ProcessEnd.RELEASED.value
+STILL_RUNNING, UNKNOWN = ProcessEnd.STILL_RUNNING.value, ProcessEnd.UNKNOWN.value  # core/vocabulary.py
+ENDS = tuple(e.value for e in ProcessEnd)  # unknown: the daemon could not see how it ended
 NO_HANDLER = "died of SIGTERM's default action: it had no handler, so it saved no checkpoint"
 SIGTERM_DEATHS = (NO_HANDLER, INFERRED_DEATH)  # the details of a process that died of SIGTERM's default
 _DETAIL = {
@@ -66,14 +75,6 @@ def user_name(uid: int | None) -> str | None:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
-
-
-def signal_name(signum: int) -> str:
-    """`SIGTERM` for 15; a number the enum lacks (a real-time signal, 35-63) as `signal 40`."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def open_entry(facts: DrainFacts) -> dict[str, object]:
@@ -168,22 +169,15 @@ def _from_record(
             not_sent.setdefault(name, s.result.value)
     status = proc.exit_status
     detail = _DETAIL.get(proc.end) if proc.end is not None else None
-    if proc.killed and not record.dry_run:
-        end = KILLED
-    elif proc.end in (End.EXITED, End.GONE, End.IDENTITY_CHANGED):
-        end = EXITED
-        death = proc.sigterm_death
-        if death is not None:
-            detail = NO_HANDLER if death is Death.SEEN else INFERRED_DEATH
-    elif proc.end is End.RELEASED:
-        end = RELEASED
-    else:
-        end = STILL_RUNNING  # pending, protected, or a dry run's process (nothing was sent to it)
+    end = proc.public_end(record.dry_run).value
+    death = proc.sigterm_death
+    if end == EXITED and death is not None:
+        detail = NO_HANDLER if death is Death.SEEN else INFERRED_DEATH
     ended_after = None if proc.ended_at is None or end == STILL_RUNNING else record.wall(proc.ended_at)
     return _process(
         proc.identity, proc.name, proc.uid, list(proc.devices), sent, not_sent, end,
         _offset(facts, ended_after), status.code if status else None,
-        signal_name(status.signal) if status and status.signal else None, proc.late_arrival, detail,
+        status.signal_name if status else None, proc.late_arrival, detail,
         proc.sigterm.value if proc.sigterm else None, proc.workload,
     )  # fmt: skip
 
