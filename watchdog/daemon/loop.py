@@ -17,14 +17,14 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord
-from watchdog.core.identity import HostIdentity, host_fields, host_labels
+from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Action, CancelDrain, Lifecycle, MoveDeadline, StartDrain
 from watchdog.core.metadata_values import UpcomingMaintenance
 from watchdog.core.policy import trigger, upcoming_drain_due
@@ -49,7 +49,6 @@ from watchdog.exitcodes import EXIT_OK
 from watchdog.host.devices import DeviceSet
 from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
 from watchdog.store.address import remove_listen_address, write_listen_address
-from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
 from watchdog.surface.metrics import Metrics
@@ -107,7 +106,7 @@ class Daemon:
         self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action, self.outputs)
         self._identity = identity
-        self.notices = Notices(webhooks, self._host, self.clock, config.dry_run)
+        self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
         self.announce = Announcer(config, hooks, self.notices, metrics, self.outputs)
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
@@ -316,12 +315,9 @@ class Daemon:
         self._refresh_admission()
         already: dict[ProcessIdentity, set[int]] = {}
         active = self.lifecycle.drain
-        on_file: tuple[SignalRecord, ...] = ()
-        if resume:
-            for record in self.store.state.signals:
-                already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
-            if active is not None:  # this drain's own signals (a late drain's file has its event's earlier)
-                on_file = tuple(s for s in self.store.state.signals if s.intent_at >= active.started)
+        on_file = self.store.state.signals if resume and active is not None else ()
+        for record in on_file:
+            already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
         self._next_progress = self.clock.monotonic() + self.progress_interval
         first = self.runner.first_wave(self._to_mono(deadline))
         if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
@@ -329,7 +325,8 @@ class Daemon:
         self.runner.start(DrainOrder(
             cause, self._to_mono(deadline), deadline, active.drain_id if active else "",
             tuple(active.event_ids) if active else (), bool(active and active.late), already, first,
-            self.newcomers.possibly_signalled, active.started if active else None, on_file,
+            self.newcomers.possibly_signalled, active.started if active else None,
+            tuple(s for s in on_file if active and s.intent_at >= active.started),  # its own, not earlier
         ))  # fmt: skip
 
     def _drain_done(self, record: DrainRecord | None) -> None:
@@ -383,15 +380,6 @@ class Daemon:
         self.view.identity = identity
         with self.outputs.guarded(Output.METRICS):
             self.metrics.set_host_info(identity.labels())
-
-    def _host(self) -> Mapping[str, str]:
-        """Who this host is, for a notice: as learned, or (not answered yet since a restart) as the drain's
-        opening entry in the history named it, so a resumed drain's notices name the host as its first did."""
-        labels = self.view.host
-        facts = self.recorder.current
-        if not host_fields(labels, known_only=True) and facts is not None and facts.host:
-            return host_labels(facts.host)
-        return labels
 
     def _wake_on_stop(self) -> None:
         self.stop.wait()

@@ -18,7 +18,7 @@ from dataclasses import replace
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord
-from watchdog.core.identity import host_fields
+from watchdog.core.identity import host_fields, host_labels
 from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, Output, WatchedKey
@@ -56,6 +56,15 @@ class DrainRecorder:
         self._next_retry = 0.0
         metrics.dry_run.set(1 if config.dry_run else 0)
         self.restored(saved, lifecycle)
+
+    def host_labels(self) -> Mapping[str, str]:
+        """Who this host is, for a notice: as learned, or (not answered yet since a restart) as the running
+        drain's opening entry named it, so a resumed drain's notices name the host as its first ones did."""
+        labels = self.host()
+        facts = self.current
+        if not host_fields(labels, known_only=True) and facts is not None and facts.host:
+            return host_labels(facts.host)
+        return labels
 
     def restored(self, saved: SavedState, lifecycle: Lifecycle) -> None:
         """At start: the drain on file that will not be resumed, and one from before a reboot."""
