@@ -4,10 +4,11 @@ One private PID namespace (nothing outside it can be signalled). Other processes
 holding 26 fds each (the busy host of `bench holders`), added in steps. At each size, daemons of two trees
 take turns, ROUNDS each, interleaved: BEFORE (a checkout of main: `EVENT_SCALE_BEFORE=/path`, default
 /work/main) and AFTER (this tree). For each of EVENTS events: a holder that has held the device since before
-the daemon's last scan (the warm index has it) and a newcomer forked just before the event (only the full
-scan finds it); PUT of TERMINATE_ON_HOST_MAINTENANCE on the fake at t0, and each one's SIGTERM handler
-writes its CLOCK_MONOTONIC time to a pipe; then NONE, the daemon back to idle with the newcomer gone, and
-its CPU time still for 0.3 s (the scan after a drain is over: on a real host the next event comes long after).
+the daemon's last scan (the warm index has it) and a new job forked just before the event (a PID the index
+has not seen: scanned first, before the full scan); PUT of TERMINATE_ON_HOST_MAINTENANCE on the fake at t0,
+and each one's SIGTERM handler writes its CLOCK_MONOTONIC time to a pipe; then NONE, the daemon back to idle
+with the new job gone, and its CPU time still for 0.3 s (the scan after a drain is over: on a real host the
+next event comes long after).
 Both must be signalled every time: a missed one fails the benchmark.
 """
 
@@ -27,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 SIZES = (0, 300, 750, 1500)  # other processes (families of 15: a parent and 14 children)
 EVENTS = 20
 ROUNDS = 2
-GOAL_P99_MS = 10.0
+GOAL_P99_MS = 10.0  # the indexed holder, from the answer
+GOAL_NEW_JOB_P99_MS = 20.0  # the new job, from the answer
 
 DRIVER = r"""
 import json, os, select, signal, socket, stat, subprocess, sys, time, urllib.request
@@ -162,7 +164,8 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
                 answered = lambda: all(m["value"] is not None for m in status(port)["metadata"].values())
                 wait(lambda: ready() and answered())
                 settled(daemon.pid)
-                got = row["trees"].setdefault(name, {"indexed": [], "answered": [], "newcomer": []})
+                got = row["trees"].setdefault(
+                    name, {"indexed": [], "answered": [], "newcomer": [], "new_answered": []})
                 for _ in range(events):
                     newcomer = holder(exit_on_term=True)
                     answers_sent.clear()
@@ -172,6 +175,7 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
                     got["indexed"].append(at[kept] - t0)
                     got["answered"].append(at[kept] - answers_sent[0])
                     got["newcomer"].append(at[newcomer] - t0)
+                    got["new_answered"].append(at[newcomer] - answers_sent[0])
                     put("NONE")
                     os.waitpid(newcomer, 0)
                     wait(ready)
@@ -219,20 +223,30 @@ def run() -> str:
         in_ms = [v * 1000 for v in values]
         return f"{statistics.median(in_ms):.1f} / {percentile(in_ms, 0.99):.1f}"
 
-    lines = []
-    worst = 0.0
+    indexed_lines: list[str] = []
+    new_lines: list[str] = []
+    worst, worst_new = 0.0, 0.0
     for row in rows:
         got: dict[str, dict[str, list[float]]] = row["trees"]  # type: ignore[assignment]
         worst = max(worst, percentile([v * 1000 for v in got["after"]["answered"]], 0.99))
-        lines.append(
-            f"| {row['others']} | {row['fds']} | {ms(got['before']['answered'])} "
-            f"| {ms(got['after']['answered'])} | {ms(got['before']['indexed'])} "
-            f"| {ms(got['after']['indexed'])} "
-            f"| {ms(got['before']['newcomer'])} | {ms(got['after']['newcomer'])} |"
-        )
+        worst_new = max(worst_new, percentile([v * 1000 for v in got["after"]["new_answered"]], 0.99))
+        for lines, answer, put in (
+            (indexed_lines, "answered", "indexed"),
+            (new_lines, "new_answered", "newcomer"),
+        ):
+            lines.append(
+                f"| {row['others']} | {row['fds']} | {ms(got['before'][answer])} "
+                f"| {ms(got['after'][answer])} | {ms(got['before'][put])} | {ms(got['after'][put])} |"
+            )
     at_most = rows[-1]
     met = "met" if worst <= GOAL_P99_MS else "NOT met"
+    met_new = "met" if worst_new <= GOAL_NEW_JOB_P99_MS else "NOT met"
     n = EVENTS * ROUNDS
+    head = [
+        "| other processes | their fds (all in the namespace) | from the answer, before: p50 / p99 ms "
+        "| from the answer, after | from the PUT, before | from the PUT, after |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     return "\n".join(
         [
             "## Event to SIGTERM against the host's size (`bench_event_scale`)",
@@ -241,23 +255,27 @@ def run() -> str:
             "GET: 'from the answer', the daemon's share) or is PUT on the fake ('from the PUT', the fake's "
             f"share too) -> the holders' SIGTERM handlers run; {n} "
             f"events per tree and size ({ROUNDS} rounds of {EVENTS}, the trees taking turns), a private PID "
-            "namespace; "
-            "other processes hold 26 fds each. 'indexed': a holder present since before the daemon's last "
-            "scan; 'newcomer': a holder forked just before the event (only a full scan finds it). Before: "
+            "namespace; other processes hold 26 fds each. Before: "
             f"{label}; after: this tree. Every holder got its SIGTERM in every event. Load average "
             f"{load0[0]:.1f} at the start, {load1[0]:.1f} at the end (2 shared cores). Run: "
             "`.venv/bin/python -m bench event_scale`.",
             "",
-            "| other processes | their fds (all in the namespace) "
-            "| indexed, from the answer, before: p50 / p99 ms "
-            "| from the answer, after | indexed, from the PUT, before | from the PUT, after "
-            "| newcomer (from the PUT), before | newcomer, after |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-            *lines,
+            "A holder present since before the daemon's last scan (the warm index has it: re-checked and "
+            "signalled first):",
             "",
-            f"Goal: p99 <= {GOAL_P99_MS:.0f} ms from the answer for the indexed holder with "
-            f"{at_most['others']} other processes (and at every size), no holder missed: **{met}** "
-            f"(worst p99 after: {worst:.1f} ms).",
+            *head,
+            *indexed_lines,
+            "",
+            "A new job: a holder forked just before the event, a PID the index has not seen (scanned on its "
+            "own before the full scan, which an old process that opened a device since still waits for):",
+            "",
+            *head,
+            *new_lines,
+            "",
+            f"Goals, with {at_most['others']} other processes (and at every size), no holder missed: p99 <= "
+            f"{GOAL_P99_MS:.0f} ms from the answer for the indexed holder: **{met}** (worst p99 after: "
+            f"{worst:.1f} ms); p99 <= {GOAL_NEW_JOB_P99_MS:.0f} ms from the answer for the new job: "
+            f"**{met_new}** (worst p99 after: {worst_new:.1f} ms).",
         ]
     )
 
