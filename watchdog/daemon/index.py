@@ -1,8 +1,8 @@
 """The warm holder index: who held a device at the last full scan, refreshed in a thread of its own.
 
 A drain starts from it (daemon/runner.py: `first_wave` re-checks each indexed holder from its own /proc
-entries, and scans the processes the index has not seen: a job started since), so the first SIGTERM need
-not wait for a scan of every fd on the host. The refresh runs in its own
+entries; the drain then scans the processes the index has not seen, `seen`: a job started since), so the
+first SIGTERM need not wait for a scan of every fd on the host. The refresh runs in its own
 thread so that the loop is never busy scanning when an event arrives (a scan of a big host takes 100+ ms;
 readlink releases the GIL, so the loop and the drain get it at once). While an event is on, the refresh
 pauses: the loop's late-arrival watch and the drain's rescans scan then, and publish what they find.

@@ -7,11 +7,11 @@ each signal is logged with the process, the drain and the events it serves.
 
 A drain starts from the warm holder index (`indexed`: the holders of the loop's last scan, refreshed while
 idle): each is re-checked from its own /proc entries (same process, still holding a device) by the loop
-(`first_wave`), and so is each process the index has not seen (`known_pids`: a job started since its last
-scan); the loop writes their intents with the drain's own state, and they are signalled at once, so the
-first SIGTERM waits for neither a scan of every fd on the host nor a second write; the full scan follows
-straight away (an old process that opened a device since) and its newcomers are signalled as before. With
-nothing indexed, the drain starts from a full scan.
+(`first_wave`), which writes their intents with the drain's own state, and signalled at once, so the first
+SIGTERM waits for neither a scan of every fd on the host nor a second write. Next, in the drain, the
+processes the index has not seen (`known_pids`: a job started since its last scan) are scanned alone and
+their holders signalled; then the full scan (an old process that opened a device since), and its newcomers
+are signalled as before. With no index yet, the drain starts from a full scan.
 
 What the drain thread tells (its log lines, the signal counters, the state file's status) is guarded
 (`Outputs`): a failing output never ends a drain, so never makes it start again.
@@ -122,7 +122,9 @@ class DrainRunner(DrainListener):
     def _run(self, order: DrainOrder) -> None:
         record: DrainRecord | None = None
         try:
-            holders = order.first_wave or self._first_scan()
+            known = self._known_pids()  # a first look at the PIDs the index has not seen, in the drain
+            scan_first = bool(order.first_wave or known)  # else the holders come from a full scan
+            holders = order.first_wave if scan_first else self._first_scan()
             self._said_started(order, holders)
             started = None
             if order.started_wall is not None:
@@ -134,10 +136,11 @@ class DrainRunner(DrainListener):
                 already_signalled=order.already_signalled,
                 rescan_interval=RESCAN_INTERVAL,
                 late=order.late,
-                scan_first=bool(order.first_wave),
+                scan_first=scan_first,
                 possibly_signalled=order.possibly_signalled,
                 started=started,
-                earlier=earlier_processes(order.on_file, holders, exited_only=bool(order.first_wave)),
+                earlier=earlier_processes(order.on_file, holders, exited_only=scan_first),
+                known_pids=known,
             )
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
@@ -178,26 +181,32 @@ class DrainRunner(DrainListener):
             )  # fmt: skip
 
     def first_wave(self, deadline: float) -> tuple[Holder, ...]:
-        """The indexed holders still holding a device, re-checked, and the holders among the processes the
-        index has not seen (a job started since its last scan), all read from their own /proc entries in
-        the caller's thread; () when there are none, the scanner cannot do this (a test's), or the deadline
-        (monotonic) has passed: then the full scan decides who is killed."""
+        """The indexed holders still holding a device, re-checked (a few reads each, in the caller's
+        thread); () when there are none, the scanner cannot re-check (a test's), or the deadline (monotonic)
+        has passed: then the full scan decides who is killed."""
         recheck: Callable[[Sequence[Holder]], Sequence[Holder]] | None
         recheck = getattr(self.scanner, "recheck", None)
-        newcomers: Callable[[Collection[int]], Sequence[Holder]] | None
-        newcomers = getattr(self.scanner, "newcomers", None)
         if recheck is None or deadline <= self.clock.monotonic():
             return ()
         try:
-            indexed, known = self.indexed(), self.known_pids()
-            first = {h.identity: h for h in recheck(indexed)} if indexed else {}
-            if known and newcomers is not None:  # nothing known yet: that would be the full scan itself
-                first.update((h.identity, h) for h in newcomers(known) if h.identity not in first)
-            return tuple(first.values())
+            indexed = self.indexed()
+            return tuple(recheck(indexed)) if indexed else ()
         except Exception:  # the full scan follows: a failed re-check only costs the head start
             with self.outputs.guarded(Output.LOG):
                 log.exception("re-checking the indexed holders failed; scanning them all")
             return ()
+
+    def _known_pids(self) -> frozenset[int]:
+        """The PIDs of the index's last scan, when the scanner can look at the others alone (a test's may
+        not): frozenset() makes the drain start from a full scan, or its first wave, as before."""
+        if getattr(self.scanner, "newcomers", None) is None:
+            return frozenset()
+        try:
+            return frozenset(self.known_pids())
+        except Exception:  # the full scan follows: only the head start is lost
+            with self.outputs.guarded(Output.LOG):
+                log.exception("reading the index's PIDs failed; scanning them all")
+            return frozenset()
 
     def _first_scan(self) -> tuple[Holder, ...]:
         """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""
