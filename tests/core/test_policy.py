@@ -93,3 +93,46 @@ def test_drain_when_ongoing() -> None:
 def test_nothing_scheduled_or_complete_never_drains(value: UpcomingMaintenance) -> None:
     policy = Policy(drain_before_window=10**9, drain_when_ongoing=True)
     assert trigger(value, policy, now=WINDOW.timestamp()) is None
+
+
+TERMINATE = event(MaintenanceKind.TERMINATE_ON_HOST_MAINTENANCE)
+BEFORE_WINDOW = Policy(maintenance_sigterm="before-window", maintenance_lead=600)
+
+
+def test_a_terminate_notice_drains_at_the_notice_by_default_window_or_not() -> None:
+    now = WINDOW.timestamp() - 3000
+    assert trigger(TERMINATE, Policy(), now, upcoming=notice()) is not None
+
+
+def test_before_window_puts_the_sigterm_off_until_the_lead_before_the_window() -> None:
+    """A GPU VM's hour of notice: the job trains on until 600 s before the window; the grace (the
+    deadline) counts from then."""
+    due = WINDOW.timestamp() - 600
+    assert trigger(TERMINATE, BEFORE_WINDOW, due - 2400, upcoming=notice()) is None
+    assert trigger(TERMINATE, BEFORE_WINDOW, due - 1, upcoming=notice()) is None
+    verdict = trigger(TERMINATE, BEFORE_WINDOW, due, upcoming=notice())
+    assert verdict == Trigger("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 300.0)
+
+
+@pytest.mark.parametrize(
+    ("upcoming", "why"),
+    [
+        (None, "upcoming-maintenance unknown"),
+        (UpcomingMaintenance(None), "no notification"),
+        (notice(start=None), "a notice without a window start"),
+        (notice("COMPLETE"), "a completed maintenance"),
+        (notice(start=WINDOW + dt.timedelta(hours=3)), "a window beyond the hour of notice: another one"),
+    ],
+)
+def test_before_window_drains_at_the_notice_without_a_window_to_wait_for(
+    upcoming: UpcomingMaintenance | None, why: str
+) -> None:
+    assert trigger(TERMINATE, BEFORE_WINDOW, WINDOW.timestamp() - 3000, upcoming=upcoming) is not None, why
+
+
+def test_before_window_waits_for_terminate_only() -> None:
+    preempted = trigger(Preempted(True), BEFORE_WINDOW, WINDOW.timestamp() - 3000)
+    assert preempted is not None
+    migrate = event(MaintenanceKind.MIGRATE_ON_HOST_MAINTENANCE)
+    policy = Policy(maintenance_sigterm="before-window", migrate_action="drain")
+    assert trigger(migrate, policy, WINDOW.timestamp() - 3000, upcoming=notice()) is not None

@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
+from watchdog.core.accelerators import agent_note
 from watchdog.core.devices import notes_text
 from watchdog.core.drain_record import Death, DrainRecord, End, Loss, ProcessRecord, SignalResult
 from watchdog.core.lifecycle import drain_id_at
@@ -150,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
     drill = build_drill(config)
     scanned = drill.scanner.scan()
     holders = scanned.holders
-    sys.stderr.write(notes_text(scanned.matched) if isinstance(scanned, ScanResult) else "")
+    if isinstance(scanned, ScanResult):
+        sys.stderr.write(notes_text(scanned.matched))
+        sys.stderr.write("".join(agent_note(agent.pid, agent.name) for agent in scanned.agents))
     if not holders:
         out.write(f"nothing holds a TPU device ({' '.join(config.devices)}): nothing to rehearse\n")
         return EXIT_NOTHING_TO_DRILL

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
+from watchdog.core.accelerators import agent_note
 from watchdog.core.devices import notes_text
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import SigtermDisposition
@@ -97,9 +98,10 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args, os.environ)
     if isinstance(config, int):
         return config
-    from watchdog.host.holders import scanner_for
+    from watchdog.daemon.compose import host_scanner
 
-    return judge(scanner_for(config).scan(), config.devices, args.json, sys.stdout, sys.stderr)
+    scanner, _ = host_scanner(config)
+    return judge(scanner.scan(), scanner.patterns, args.json, sys.stdout, sys.stderr)
 
 
 def judge(result: ScanResult, devices: Sequence[str], as_json_list: bool, out: TextIO, err: TextIO) -> int:
@@ -108,6 +110,8 @@ def judge(result: ScanResult, devices: Sequence[str], as_json_list: bool, out: T
     err.write(notes_text(result.matched))
     if result.unreadable:
         err.write(f"note: {result.unreadable} processes could not be read (run as root to see them)\n")
+    for agent in result.agents:
+        err.write(agent_note(agent.pid, agent.name))
     if not holders:
         err.write(f"nothing holds a TPU device ({' '.join(devices)}): nothing to judge\n")
         return EXIT_NOTHING_TO_DRILL

@@ -18,4 +18,6 @@ def policy_from_config(config: Config) -> Policy:
         unknown_event_action=config.unknown_event_action,
         drain_before_window=config.drain_before_window,
         drain_when_ongoing=config.drain_when_ongoing,
+        maintenance_sigterm=config.maintenance_sigterm,
+        maintenance_lead=config.maintenance_lead,
     )

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from watchdog.config import values as v
+from watchdog.core.accelerators import NVIDIA_PATTERNS, PROFILE_CHOICES
 from watchdog.core.vocabulary import (
     DEFAULT_MAINTENANCE_GRACE,
     DEFAULT_ON_TIMEOUT,
@@ -30,6 +31,8 @@ MAX_HOOK_TIMEOUT = 3600.0  # 1 h: a hook still running then is stuck
 MAX_PID = 4194304  # PID_MAX_LIMIT: the kernel's cap on kernel.pid_max
 MAX_UID = 4294967294  # uid_t; (uid_t)-1 is "no uid"
 MAX_WEBHOOKS = 16  # each URL has a sender thread and a queue of its own
+MAX_NOTICE_LEAD = 86400.0  # 24 h: a GPU VM's notice is 1 h; scheduled windows are announced days ahead
+MAINTENANCE_SIGTERM = ("at-notice", "before-window")
 MIGRATE_ACTIONS = ("ignore", "drain")
 UNKNOWN_EVENT_ACTIONS = ("drain", "ignore")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -147,6 +150,23 @@ SETTINGS: tuple[Setting, ...] = (
         'a non-empty list of absolute path globs, e.g. ["/dev/accel*"]',
         "--device",
     ),
+    _choice("devices.profile", "profile", "auto", PROFILE_CHOICES),
+    Setting(
+        "devices.nvidia_patterns",
+        "nvidia_devices",
+        NVIDIA_PATTERNS,
+        _ABSOLUTE_GLOBS,
+        lambda text: _ABSOLUTE_GLOBS(v.list_text(text)),
+        'the GPU profile\'s device globs, a non-empty list of absolute paths, e.g. ["/dev/nvidia[0-9]*"]',
+    ),
+    Setting(
+        "devices.gpu_agents",
+        "gpu_agents",
+        (),
+        _NAMES,
+        lambda text: _NAMES(v.list_text(text)),
+        "a list of executable names never signalled on a GPU host, added to the built-in agents",
+    ),
     Setting(
         "devices.extra_paths",
         "extra_paths",
@@ -209,6 +229,15 @@ SETTINGS: tuple[Setting, ...] = (
         MAX_PREEMPTION_GRACE,
     ),
     _choice("drain.on_timeout", "on_timeout", DEFAULT_ON_TIMEOUT, ON_TIMEOUT, "--on-timeout"),
+    _choice("events.maintenance_sigterm", "maintenance_sigterm", "at-notice", MAINTENANCE_SIGTERM),
+    _seconds(
+        "events.maintenance_lead",
+        "maintenance_lead",
+        600.0,
+        None,
+        "with before-window: how long before the window starts SIGTERM goes",
+        MAX_NOTICE_LEAD,
+    ),
     _choice("events.migrate", "migrate_action", "ignore", MIGRATE_ACTIONS),
     _choice("events.unknown", "unknown_event_action", "drain", UNKNOWN_EVENT_ACTIONS),
     Setting(

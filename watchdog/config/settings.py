@@ -74,6 +74,9 @@ class Config:
     dry_run: bool
     metadata_host: str | None  # None: GCE_METADATA_HOST, else metadata.google.internal
     devices: tuple[str, ...]  # path globs of the TPU device files
+    profile: str  # auto | tpu | nvidia-gpu: which accelerator's devices and agents (docs/gpu-vms.md)
+    nvidia_devices: tuple[str, ...]  # path globs of the GPU profile's device files (one per GPU)
+    gpu_agents: tuple[str, ...]  # executable names never signalled on a GPU host, beside the built-in ones
     extra_paths: tuple[str, ...]
     allow_numbers: tuple[str, ...]  # "MAJ:MIN" watched whatever sysfs says (docs/devices.md)
     exclude_pids: tuple[int, ...]
@@ -84,6 +87,8 @@ class Config:
     on_timeout: OnTimeout  # kill | leave: what a drain's deadline does
     migrate_action: str  # ignore | drain
     unknown_event_action: str  # drain | ignore
+    maintenance_sigterm: str  # at-notice | before-window (of upcoming-maintenance's window, when it has one)
+    maintenance_lead: float  # before-window: SIGTERM this long before the window starts
     drain_before_window: float | None  # None: off
     drain_when_ongoing: bool
     hook_on_event_start: tuple[str, ...] | None

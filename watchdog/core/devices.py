@@ -19,6 +19,14 @@ import enum
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
+from watchdog.core.accelerators import (
+    NVIDIA_DRIVER,
+    NVIDIA_MAJOR,
+    NVIDIA_PCI_VENDOR,
+    nvidia_gpu_index,
+    nvidia_shared,
+)
+
 GOOGLE_PCI_VENDOR = "0x1ae0"  # /sys/bus/pci/devices/*/vendor of every TPU chip (JAX, tpu-info, Ray read it)
 VFIO_CONTAINER = (10, 196)  # /dev/vfio/vfio: misc, opened by every VFIO user, TPU or not
 VFIO_GROUP_CLASS = "vfio"  # /dev/vfio/N: drivers/vfio/group.c names the device after its IOMMU group
@@ -92,23 +100,34 @@ class Judgement:
 
 
 def judge(
-    number: tuple[int, int] | None, facts: SysfsFacts, allowed: Collection[tuple[int, int]] = ()
+    number: tuple[int, int] | None,
+    facts: SysfsFacts,
+    allowed: Collection[tuple[int, int]] = (),
+    path: str = "",
 ) -> Judgement:
-    """The rule for one matched node (`number` None: a regular file). Refusals come first: a node of the
-    kernel's own class is never a TPU, whatever its parent device."""
+    """The rule for one matched node (`number` None: a regular file) at `path`. Refusals come first: a node
+    of the kernel's own class is never a TPU, whatever its parent device. An NVIDIA GPU's node (195:N) has
+    no sysfs entry of its own (the driver makes none): its number names it (core/accelerators.py)."""
     if number is None:
         return Judgement(Verdict.FILE, "a regular file (holders of it are drained too)")
     if everyone_holds(*number):
         return Judgement(Verdict.REFUSED, "nearly every process holds it (/dev/null, /dev/zero, a terminal)")
+    if nvidia_shared(path, number):
+        return Judgement(Verdict.REFUSED, "an NVIDIA node every CUDA process opens, whichever GPU it uses")
     if number in allowed:
         said = f" (sysfs: class {facts.subsystem})" if facts.subsystem else ""
         return Judgement(Verdict.ALLOWED, f"named in devices.allow_numbers{said}")
+    gpu = nvidia_gpu_index(number)
+    if gpu is not None:
+        return Judgement(Verdict.ACCELERATOR, f"NVIDIA GPU {gpu} (the nvidia driver's major {NVIDIA_MAJOR})")
     if not facts.found:
         return Judgement(Verdict.UNKNOWN, "no sysfs entry: its class and driver are unknown")
     if number == VFIO_CONTAINER:
         return Judgement(Verdict.REFUSED, "the VFIO container, which every VFIO user opens, TPU or not")
     if facts.subsystem in KERNEL_CLASSES:
         return Judgement(Verdict.REFUSED, f"class {facts.subsystem}: one of the kernel's own devices")
+    if facts.vendor == NVIDIA_PCI_VENDOR or facts.driver == NVIDIA_DRIVER:
+        return Judgement(Verdict.ACCELERATOR, "an NVIDIA PCI device (vendor 0x10de, driver nvidia): a GPU")
     if facts.vendor == GOOGLE_PCI_VENDOR:
         return Judgement(Verdict.ACCELERATOR, f"a Google PCI device (vendor {GOOGLE_PCI_VENDOR}): a TPU chip")
     if facts.subsystem == VFIO_GROUP_CLASS:

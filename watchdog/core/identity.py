@@ -1,9 +1,9 @@
 """Which TPU host this is: the instance, its slice (the TPU node), its place in it, and its Multislice job.
 
 Read once at start from the metadata server (metadata/identity.py fetches, this parses): the instance's id,
-name and zone; `instance/attributes/accelerator-type`, `agent-worker-number` (this host's index in its
-slice, what JAX reads), `worker-id`, `worker-network-endpoints` (the slice's hosts) and `tpu-env` (lines
-`KEY: 'value'`: NODE_ID names the TPU node, WORKER_ID, and on Multislice MEGASCALE_SLICE_ID,
+name, zone and machine type; `instance/attributes/accelerator-type`, `agent-worker-number` (this host's
+index in its slice, what JAX reads), `worker-id`, `worker-network-endpoints` (the slice's hosts) and
+`tpu-env` (lines `KEY: 'value'`: NODE_ID names the TPU node, WORKER_ID, and on Multislice MEGASCALE_SLICE_ID,
 MEGASCALE_NUM_SLICES, MEGASCALE_COORDINATOR_ADDRESS). Every value is optional and checked: a bad one is
 left empty and named in the problems (said once by the caller), never fatal. The result labels one metric
 series per host, so each value is short and printable. Pure.
@@ -18,14 +18,15 @@ from dataclasses import asdict, dataclass
 INSTANCE_ID = "instance/id"
 INSTANCE_NAME = "instance/name"
 ZONE = "instance/zone"
+MACHINE_TYPE = "instance/machine-type"  # projects/NUM/machineTypes/a3-highgpu-8g
 ACCELERATOR_TYPE = "instance/attributes/accelerator-type"
 AGENT_WORKER_NUMBER = "instance/attributes/agent-worker-number"
 WORKER_ID = "instance/attributes/worker-id"
 WORKER_ENDPOINTS = "instance/attributes/worker-network-endpoints"
 TPU_ENV = "instance/attributes/tpu-env"
 IDENTITY_PATHS = (
-    INSTANCE_ID, INSTANCE_NAME, ZONE, ACCELERATOR_TYPE, AGENT_WORKER_NUMBER, WORKER_ID, WORKER_ENDPOINTS,
-    TPU_ENV,
+    INSTANCE_ID, INSTANCE_NAME, ZONE, MACHINE_TYPE, ACCELERATOR_TYPE, AGENT_WORKER_NUMBER, WORKER_ID,
+    WORKER_ENDPOINTS, TPU_ENV,
 )  # fmt: skip
 
 MAX_VALUE = 128  # a label value: longer is not an identity but something else
@@ -44,6 +45,7 @@ class HostIdentity:
     instance_id: str = ""
     instance_name: str = ""
     zone: str = ""
+    machine_type: str = ""  # the last part of instance/machine-type: a3-highgpu-8g, ct5lp-hightpu-4t
     accelerator_type: str = ""
     worker_id: str = ""  # this host's index in its slice (agent-worker-number, else worker-id, else tpu-env)
     tpu_node: str = ""  # the TPU node: the slice, by its name (tpu-env NODE_ID)
@@ -160,6 +162,7 @@ def identity_from(raw: Mapping[str, str | None]) -> tuple[HostIdentity, list[str
         instance_id=checked(INSTANCE_ID, raw.get(INSTANCE_ID), _NUMBER_ID),
         instance_name=checked(INSTANCE_NAME, raw.get(INSTANCE_NAME)),
         zone=checked(ZONE, zone),
+        machine_type=checked(MACHINE_TYPE, (raw.get(MACHINE_TYPE) or "").strip().rsplit("/", 1)[-1]),
         accelerator_type=checked(ACCELERATOR_TYPE, raw.get(ACCELERATOR_TYPE) or env.get("ACCELERATOR_TYPE")),
         worker_id=next((w for w in workers.values() if w), ""),
         tpu_node=checked(f"{TPU_ENV} NODE_ID", env.get("NODE_ID")),

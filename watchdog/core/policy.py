@@ -4,6 +4,9 @@
 - MIGRATE_ON_HOST_MAINTENANCE: nothing by default (live migration keeps processes); `migrate = "drain"`.
 - a well-formed value we do not know: drain by default (the safe side); `unknown_event = "ignore"`.
   (A malformed value never reaches the policy: the watcher reports it as a metadata error.)
+  With `maintenance_sigterm = "before-window"`, TERMINATE waits until `maintenance_lead` before the
+  window upcoming-maintenance announces, when it announces one starting within the notice GCE gives a
+  GPU VM (1 h; a farther window is another maintenance): the drain, and its deadline, start then.
 - preempted TRUE: drain, preemption grace (25 s: Spot VMs get about 30 s).
 - upcoming-maintenance: advisory, unless `drain_before_window` (drain that long before the window starts,
   with a grace of at most that long, so the host is empty when the window opens) or `drain_when_ongoing`.
@@ -30,6 +33,9 @@ from watchdog.core.vocabulary import (
     UPCOMING_MAINTENANCE,
 )
 
+AT_NOTICE, BEFORE_WINDOW = "at-notice", "before-window"
+NOTICE_HORIZON = 3600.0  # a GPU VM's stopping notice: a window starting later is not this notice's
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -39,12 +45,18 @@ class Policy:
     unknown_event_action: str = "drain"
     drain_before_window: float | None = None
     drain_when_ongoing: bool = False
+    maintenance_sigterm: str = AT_NOTICE
+    maintenance_lead: float = 600.0
 
 
-def trigger(value: WatchedValue, policy: Policy, now: float) -> Trigger | None:
-    """The policy's verdict on the current value of one key at wall time `now`."""
+def trigger(
+    value: WatchedValue, policy: Policy, now: float, upcoming: UpcomingMaintenance | None = None
+) -> Trigger | None:
+    """The policy's verdict on the current value of one key at wall time `now`; for maintenance-event,
+    `upcoming` is upcoming-maintenance's value (None: unknown, or the event is already on)."""
     if isinstance(value, MaintenanceEvent):
-        return _maintenance(value, policy)
+        due = maintenance_drain_due(value, policy, now, upcoming)
+        return None if due is not None and now < due else _maintenance(value, policy)
     if isinstance(value, Preempted):
         return Trigger(PREEMPTED.source, "TRUE", policy.preemption_grace) if value.preempted else None
     return _upcoming(value, policy, now)
@@ -58,6 +70,24 @@ def _maintenance(value: MaintenanceEvent, policy: Policy) -> Trigger | None:
         or (kind is MaintenanceKind.UNKNOWN and policy.unknown_event_action == "drain")
     )
     return Trigger(MAINTENANCE_EVENT.source, value.raw, policy.maintenance_grace) if drains else None
+
+
+def maintenance_drain_due(
+    value: MaintenanceEvent, policy: Policy, now: float, upcoming: UpcomingMaintenance | None
+) -> float | None:
+    """When a TERMINATE notice's drain starts under `before-window` (wall time; the loop wakes then), or
+    None: at the notice (the default, no window announced, or one too far off to be this notice's)."""
+    notice = upcoming.notice if upcoming is not None else None
+    if (
+        policy.maintenance_sigterm != BEFORE_WINDOW
+        or value.kind is not MaintenanceKind.TERMINATE_ON_HOST_MAINTENANCE
+        or notice is None
+        or notice.window_start is None
+        or notice.status.upper() == "COMPLETE"
+    ):
+        return None
+    start = notice.window_start.timestamp()
+    return start - policy.maintenance_lead if start <= now + NOTICE_HORIZON else None
 
 
 def _upcoming(value: UpcomingMaintenance, policy: Policy, now: float) -> Trigger | None:

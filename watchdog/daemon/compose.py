@@ -9,23 +9,28 @@ daemon: `build_drill` wires its drain from the same configuration and the same s
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from watchdog.config.settings import Config
+from watchdog.core.accelerators import Profile, ProfileChoice
 from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.process import Holder
 from watchdog.daemon.announce import PROGRESS_INTERVAL
 from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
+from watchdog.daemon.gpucheck import CrossChecked
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
+from watchdog.daemon.profile import host_profile, say_profile
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.sighup import ReloadRequests
 from watchdog.host.devices import SYS
-from watchdog.host.holders import scanner_for
+from watchdog.host.holders import HolderScanner, scanner_for
+from watchdog.host.nvml import GpuProcesses, Nvml
 from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.identity import fetch_identity
@@ -37,6 +42,8 @@ from watchdog.surface.metrics import Metrics
 from watchdog.surface.notify import Notifier
 from watchdog.surface.webhooks import BACKOFF, WebhookSender
 
+log = logging.getLogger("tpu-watchdog")
+
 
 @dataclass(frozen=True)
 class Wiring:
@@ -47,6 +54,8 @@ class Wiring:
     timing: WatchTiming | None = None
     backoff: Callable[[], WatchBackoff] | None = None
     scanner: Scanner | None = None  # None: every process of this PID namespace (`scanner_for(config)`)
+    narrow: Callable[[HolderScanner], Scanner] | None = None  # the production scanner, narrowed (tests)
+    gpus: GpuProcesses | None = None  # NVML's view on a GPU host; None: the real NVML, if it can be had
     store: StateStore | None = None  # None: the state file in config.state_dir
     notifier: Notifier | None = None  # None: sd_notify to $NOTIFY_SOCKET, if set
     clock: Clock | None = None
@@ -89,12 +98,16 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         )  # fmt: skip
 
     senders = functools.partial(webhook_sender, metrics=metrics, backoff=wiring.webhook_backoff)
-    production = scanner_for(config, wiring.sys_root)
+    production, choice = host_scanner(config, transport, wiring.sys_root)
+    say_profile(choice, config)
+    scanner = wiring.scanner or (wiring.narrow(production) if wiring.narrow else production)
+    if choice.profile is Profile.NVIDIA_GPU:
+        scanner = gpu_cross_checked(scanner, wiring.gpus, stop)
     daemon = Daemon(
         config,
         stop=stop,
         watcher_factory=watcher_factory,
-        scanner=wiring.scanner or production,
+        scanner=scanner,
         devices=production.devices,  # what the configuration matches, as every scan judges it
         store=store,
         hooks=HookRunner.from_config(config),
@@ -112,6 +125,17 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         wiring.reloads.forward(daemon.inbox.put)
     daemon.view.webhooks = daemon.notices.webhooks  # /status shows each webhook, its URL redacted
     return Built(daemon, transport, metrics, store, host)
+
+
+def gpu_cross_checked(scanner: Scanner, gpus: GpuProcesses | None, stop: threading.Event) -> Scanner:
+    """`scanner` cross-checked with NVML (`gpus`, else the real one); without NVML, said once, unchanged."""
+    if gpus is None:
+        gpus, why = Nvml.open()
+        if gpus is None:
+            log.info("GPU cross-check with NVML off: %s; the holder scan decides alone", why)
+            return scanner
+        log.info("GPU cross-check with NVML on: %s", why)
+    return CrossChecked(scanner, gpus, stop)
 
 
 def webhook_sender(urls: Sequence[str], metrics: Metrics, backoff: float = BACKOFF) -> WebhookSender | None:
@@ -143,4 +167,13 @@ def build_drill(config: Config, wiring: Wiring | None = None) -> Drill:
     """The drill's drain for `config` (only `wiring.scanner` applies: a drill asks no metadata server)."""
     wiring = wiring or Wiring()
     plan = DrainPlan(grace=config.maintenance_grace, on_timeout=config.on_timeout, dry_run=config.dry_run)
-    return Drill(scanner=wiring.scanner or scanner_for(config, wiring.sys_root), plan=plan)
+    return Drill(scanner=wiring.scanner or host_scanner(config, sys_root=wiring.sys_root)[0], plan=plan)
+
+
+def host_scanner(
+    config: Config, transport: MetadataTransport | None = None, sys_root: str = SYS
+) -> tuple[HolderScanner, ProfileChoice]:
+    """The scanner of this host's accelerator profile (daemon, drill, readiness), and the choice; without
+    `transport` the profile comes from the configuration and the device nodes alone."""
+    choice = host_profile(config, transport)
+    return scanner_for(config, choice.profile, sys_root), choice

@@ -26,8 +26,6 @@ from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Action, CancelDrain, Lifecycle, MoveDeadline, StartDrain
-from watchdog.core.metadata_values import UpcomingMaintenance
-from watchdog.core.policy import trigger, upcoming_drain_due
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL, Announcer
@@ -37,6 +35,7 @@ from watchdog.daemon.drain import Scanner
 from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
+from watchdog.daemon.notice import NoticeTiming
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.recorder import DrainRecorder
@@ -106,6 +105,7 @@ class Daemon:
         self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action, self.outputs)
         self._identity = identity
+        self.notice_timing = NoticeTiming(lambda: self.view.values, self.lifecycle, lambda: self.policy)
         self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
         self.announce = Announcer(config, hooks, self.notices, metrics, self.outputs)
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
@@ -208,12 +208,17 @@ class Daemon:
 
     def _value_changed(self, message: ValueChanged) -> None:
         self.reporter.metadata_value(message.key, message.value)  # guarded: it cannot stop the verdict
-        verdict = trigger(message.value, self.policy, self.clock.wall())
-        restored = self.lifecycle.events.get(source_of(message.key))
+        source = source_of(message.key)
+        restored = self.lifecycle.events.get(source)
         unconfirmed = restored is not None and not restored.confirmed
-        self._apply(self.lifecycle.observe(source_of(message.key), verdict, self.clock.wall()))
+        now = self.clock.wall()
+        self._apply(
+            self.lifecycle.observe(source, self.notice_timing.verdict(source, message.value, now), now)
+        )
         if unconfirmed and restored is not None and restored.confirmed:
             self._next_scan = 0.0  # newcomers held back until this answer are owed their SIGTERM now
+        if source == UPCOMING_MAINTENANCE.source:  # the window a notice waits for moved
+            self._apply(self.notice_timing.due(now))
 
     def _timers(self, now: float) -> None:
         # Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time.
@@ -227,12 +232,7 @@ class Daemon:
             self._next_ping = now + interval
             with self.outputs.guarded(Output.NOTIFY):
                 self.notifier.watchdog()
-        upcoming = self.view.values.get(UPCOMING_MAINTENANCE.source)
-        if isinstance(upcoming, UpcomingMaintenance):
-            due = upcoming_drain_due(upcoming, self.policy)
-            if due is not None and self.clock.wall() >= due:
-                verdict = trigger(upcoming, self.policy, self.clock.wall())
-                self._apply(self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, self.clock.wall()))
+        self._apply(self.notice_timing.due(self.clock.wall()))  # maintenance put off, drain_before_window
         drain = self.lifecycle.drain
         if self.runner.running and drain is not None and now >= self._next_progress:
             self._next_progress = now + self.progress_interval

@@ -109,7 +109,7 @@ def find_devices(
             number, facts = None, SysfsFacts(found=False)
         else:
             continue
-        device = MatchedDevice(path, number, block, facts, judge(number, facts, allow))
+        device = MatchedDevice(path, number, block, facts, judge(number, facts, allow, path))
         matched.append(device)
         if not device.watched:
             continue

@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from watchdog.core.accelerators import GPU_AGENTS, Profile, is_agent
 from watchdog.core.devices import MatchedDevice, parse_number
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.host.devices import SYS, DeviceSet, find_devices
@@ -36,11 +37,13 @@ LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"  # noqa: S108 - libtpu's fixed lock pat
 @dataclass(frozen=True)
 class Excludes:
     """Processes never reported (so never signalled): by PID, by name (the /proc comm name or the base
-    name of argv[0]) or by real uid."""
+    name of argv[0]) or by real uid; and the GPU agents (`core/accelerators.py`: by executable or comm
+    name), which are reported apart (`ScanResult.agents`) and never signalled either."""
 
     pids: frozenset[int] = frozenset()
     names: frozenset[str] = frozenset()
     uids: frozenset[int] = frozenset()
+    agents: frozenset[str] = frozenset()
 
 
 class ScanSettings(Protocol):
@@ -49,6 +52,10 @@ class ScanSettings(Protocol):
 
     @property
     def devices(self) -> Iterable[str]: ...
+    @property
+    def nvidia_devices(self) -> Iterable[str]: ...
+    @property
+    def gpu_agents(self) -> Iterable[str]: ...
     @property
     def extra_paths(self) -> Iterable[str]: ...
     @property
@@ -74,6 +81,7 @@ class ScanResult:
     excluded: int = 0  # holders left out: kernel threads and the excludes (PID 1, self, parent: not read)
     matched: tuple[MatchedDevice, ...] = ()  # every path the patterns matched, refused ones too, judged
     pids: frozenset[int] = frozenset()  # the processes there were to look at (`newcomers` skips them)
+    agents: tuple[Holder, ...] = ()  # GPU agents holding a device: left alone, never signalled
 
 
 @dataclass
@@ -81,6 +89,7 @@ class _Tally:
     """What one worker found; summed into the ScanResult."""
 
     holders: list[Holder] = field(default_factory=list)
+    agents: list[Holder] = field(default_factory=list)
     scanned: int = 0
     vanished: int = 0
     unreadable: int = 0
@@ -198,6 +207,7 @@ class HolderScanner:
             excluded=sum(t.excluded for t in tallies),
             matched=devices.matched,
             pids=frozenset(pids),
+            agents=tuple(sorted((h for t in tallies for h in t.agents), key=lambda h: h.pid)),
         )
 
     def newcomers(self, known: Collection[int]) -> list[Holder]:
@@ -269,8 +279,14 @@ class HolderScanner:
             return
         if holder is None:
             tally.excluded += 1
+        elif self._is_agent(holder):
+            tally.agents.append(holder)
         elif holder.devices:  # empty: it closed them (or exited) between the two reads
             tally.holders.append(holder)
+
+    def _is_agent(self, holder: Holder) -> bool:
+        agents = self.excludes.agents
+        return bool(agents) and is_agent(holder.name, self.procfs.exe_name(holder.pid), agents)
 
     def _describe(self, pid: int, devices: DeviceSet) -> Holder | None:
         """Who `pid` is, or None if it must never be reported. Identity (start time) is read first and the
@@ -300,10 +316,12 @@ class HolderScanner:
         )
 
 
-def scanner_for(config: ScanSettings, sys_root: str = SYS) -> HolderScanner:
-    """The scanner the configuration describes (devices, extra paths, excludes): daemon and drill."""
+def scanner_for(config: ScanSettings, profile: Profile = Profile.TPU, sys_root: str = SYS) -> HolderScanner:
+    """The scanner the configuration describes for this host's accelerator profile (its device patterns,
+    on a GPU host its agents; extra paths, allowed numbers, excludes): daemon, drill, readiness."""
+    gpu = profile is Profile.NVIDIA_GPU
     return HolderScanner(
-        patterns=config.devices,
+        patterns=config.nvidia_devices if gpu else config.devices,
         extra_paths=config.extra_paths,
         allow_numbers=[parse_number(text) for text in config.allow_numbers],
         sys_root=sys_root,
@@ -311,5 +329,6 @@ def scanner_for(config: ScanSettings, sys_root: str = SYS) -> HolderScanner:
             pids=frozenset(config.exclude_pids),
             names=frozenset(config.exclude_names),
             uids=frozenset(config.exclude_uids),
+            agents=frozenset(GPU_AGENTS).union(config.gpu_agents) if gpu else frozenset(),
         ),
     )

@@ -226,6 +226,14 @@ class Procfs:
     def cmdline(self, pid: int) -> tuple[str, ...]:
         return parse_cmdline(self._read(pid, "cmdline"))
 
+    def exe_name(self, pid: int) -> str:
+        """The base name of the executable (/proc/PID/exe); "" when it cannot be read (gone, refused, a
+        kernel thread). A process cannot change it without exec'ing another file."""
+        try:
+            return os.path.basename(os.readlink(f"{self.root}/{pid}/exe")).removesuffix(" (deleted)")
+        except OSError:
+            return ""
+
     def cgroup(self, pid: int) -> str:
         return pick_cgroup(self.cgroup_text(pid))
 

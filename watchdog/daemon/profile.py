@@ -1,0 +1,46 @@
+"""Which accelerator profile this host gets (`core/accelerators.py` has the rule): asked once, at start.
+
+The metadata server's machine type decides first (one GET of instance/machine-type and of the TPU
+attribute, bounded by the connect timeout: a server that is down at boot costs at most that, and the
+choice then falls to the device nodes present); `devices.profile` other than "auto" asks nothing. The
+choice and why are logged once; a change (a GPU driver loaded later, a reconfigured VM) needs a restart.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+from collections.abc import Iterable
+
+from watchdog.config.settings import Config
+from watchdog.core.accelerators import AUTO, HostFacts, ProfileChoice, choose_profile
+from watchdog.core.identity import ACCELERATOR_TYPE, MACHINE_TYPE
+from watchdog.metadata.identity import fetch_identity
+from watchdog.metadata.transport import MetadataTransport
+
+log = logging.getLogger("tpu-watchdog")
+
+
+def _any(patterns: Iterable[str]) -> bool:
+    return any(glob.glob(pattern) for pattern in patterns)
+
+
+def host_profile(config: Config, transport: MetadataTransport | None = None) -> ProfileChoice:
+    """The profile for `config` on this host; `transport` None: the device nodes alone (drill, readiness)."""
+    if config.profile != AUTO:
+        return choose_profile(config.profile, HostFacts())
+    answers: dict[str, str | None] = {}
+    if transport is not None:
+        answers = fetch_identity(transport, (MACHINE_TYPE, ACCELERATOR_TYPE)).values
+    facts = HostFacts(
+        machine_type=answers.get(MACHINE_TYPE) or "",
+        tpu_accelerator_type=answers.get(ACCELERATOR_TYPE) or "",
+        gpu_nodes=_any(config.nvidia_devices),
+        tpu_nodes=_any(config.devices),
+    )
+    return choose_profile(AUTO, facts)
+
+
+def say_profile(choice: ProfileChoice, config: Config) -> None:
+    patterns = config.nvidia_devices if choice.profile.value == "nvidia-gpu" else config.devices
+    log.info("accelerator profile %s (%s): watching %s", choice.profile.value, choice.why, " ".join(patterns))
