@@ -55,6 +55,7 @@ def test_a_gpu_vm_drains_its_job_and_leaves_the_agents_alone(
     with gpu_daemon(fake, state_dir, workloads, gpu_host) as harness:
         said = [r.getMessage() for r in caplog.records]
         assert any("accelerator profile nvidia-gpu (machine type a3-highgpu-8g)" in line for line in said)
+        assert any(line.startswith("tpu-watchdog started") and gpu_host.pattern in line for line in said)
         fake.set(MAINTENANCE, TERMINATE)
         wait_for(lambda: not running(job), timeout=20, what="the job ending on its SIGTERM")
         harness.wait_state("drained")

@@ -11,6 +11,7 @@ lost); during a drain a progress line comes every `PROGRESS_INTERVAL` s, so a lo
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import time_left, utc_time
@@ -46,10 +47,10 @@ class Announcer:
         self.config, self.hooks, self.notices, self.metrics = config, hooks, notices, metrics
         self.outputs = outputs
 
-    def daemon_started(self, state: str) -> None:
+    def daemon_started(self, state: str, patterns: Sequence[str]) -> None:
         with self.outputs.guarded(Output.LOG):
             log.info(
-                "tpu-watchdog started: state %s, devices %s%s", state, " ".join(self.config.devices),
+                "tpu-watchdog started: state %s, devices %s%s", state, " ".join(patterns),
                 " (dry run: no signal will be sent)" if self.config.dry_run else "",
                 extra=fields("daemon_started", state=state),
             )  # fmt: skip

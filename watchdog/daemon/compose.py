@@ -109,6 +109,7 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         watcher_factory=watcher_factory,
         scanner=scanner,
         devices=production.devices,  # what the configuration matches, as every scan judges it
+        patterns=production.patterns,
         store=store,
         hooks=HookRunner.from_config(config),
         notifier=wiring.notifier or Notifier(),

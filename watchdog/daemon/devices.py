@@ -32,7 +32,7 @@ class DeviceWatch:
         metrics: Metrics,
         interval: float = DEVICE_CHECK,
     ) -> None:
-        self._find, self._patterns, self._view, self._metrics = find, tuple(patterns), view, metrics
+        self._find, self.patterns, self._view, self._metrics = find, tuple(patterns), view, metrics
         self._interval = interval
         self._next = 0.0
         self._said: tuple[object, ...] | None = None  # what the last look found, as last said
@@ -61,7 +61,7 @@ class DeviceWatch:
             log.warning(
                 "no TPU device node matches devices.patterns (%s)%s: this host protects nothing (no process "
                 "can be a TPU holder); fix devices.patterns, or see docs/devices.md",
-                " ".join(self._patterns), "" if first else " any more",
+                " ".join(self.patterns), "" if first else " any more",
                 extra=fields("no_devices"),
             )  # fmt: skip
         for warning, sentence in notes(found.matched):

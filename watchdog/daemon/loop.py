@@ -17,7 +17,7 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from watchdog.config.policy import policy_from_config
@@ -74,6 +74,7 @@ class Daemon:
         watcher_factory: Callable[[Callable[[WatchEvent], None]], MetadataWatcher],
         scanner: Scanner,
         devices: Callable[[], DeviceSet],
+        patterns: Sequence[str] = (),  # what `devices` globs: the profile's patterns; (): config.devices
         store: StateStore,
         hooks: HookRunner,
         notifier: Notifier,
@@ -120,15 +121,14 @@ class Daemon:
         self.runner.known_pids = lambda: self.index.seen  # its new PIDs go in the first wave
         self._answered: set[str] = set()
         self._ready_sent = False
-        self._next_ping = 0.0
-        self._next_scan = 0.0
+        self._next_ping = self._next_scan = 0.0
         self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
         self.progress_interval, self._next_progress = progress_interval, 0.0
         self.newcomers = Newcomers(
             self.lifecycle, self.clock.wall(), confirm_wait, saved.unconfirmed(), outputs=self.outputs
         )
         self.departures = Departures(metrics, self.outputs)
-        self.devices = DeviceWatch(devices, config.devices, self.view, metrics)
+        self.devices = DeviceWatch(devices, patterns or config.devices, self.view, metrics)
         # Set again whenever the lifecycle changes, and on each tick.
         self._refresh_admission()
 
@@ -147,7 +147,7 @@ class Daemon:
                 target=learn_identity, args=(self._identity, self._identity_learned, self.stop),
                 name="host-identity", daemon=True,
             ).start()  # fmt: skip
-        self.announce.daemon_started(self.lifecycle.state.value)
+        self.announce.daemon_started(self.lifecycle.state.value, self.devices.patterns)
         self._guarded(self.devices.check, self.clock.monotonic())  # at start: what is watched, or nothing
         while not self.stop.is_set():
             self.view.loop_ticked()
