@@ -1,12 +1,12 @@
 #!/bin/sh
 # Prints tpu-watchdog.rules.yml with every alert's runbook_url under BASE instead of the shipped placeholder
-# (https://tpu-watchdog.invalid/README.md, which never resolves): BASE is where your site publishes the
-# README, whose "Runbook: ALERT" headings are the #runbook-alert anchors.
+# (https://tpu-watchdog.invalid/docs/runbooks.md, which never resolves): BASE is where your site publishes
+# docs/runbooks.md, whose headings (one per alert) are the #alertname anchors.
 #
 #   packaging/prometheus/set-runbook-base.sh BASE [RULES] > /etc/prometheus/rules/tpu-watchdog.rules.yml
 set -eu
 
-PLACEHOLDER=https://tpu-watchdog.invalid/README.md
+PLACEHOLDER=https://tpu-watchdog.invalid/docs/runbooks.md
 die() { printf "set-runbook-base: %s\n" "$*" >&2; exit 2; }
 
 [ "$#" -ge 1 ] && [ "$#" -le 2 ] || die "usage: set-runbook-base.sh BASE [RULES]  (BASE: an absolute http(s) URL)"
@@ -14,7 +14,7 @@ BASE=$1
 RULES=${2:-$(dirname "$0")/tpu-watchdog.rules.yml}
 case "$BASE" in
     http://?*|https://?*) ;;
-    *) die "BASE must be an absolute http:// or https:// URL, like https://git.example.com/tpu-watchdog/README.md; got '$BASE'" ;;
+    *) die "BASE must be an absolute http:// or https:// URL, like https://git.example.com/tpu-watchdog/docs/runbooks.md; got '$BASE'" ;;
 esac
 case "$BASE" in
     *[!A-Za-z0-9._~:/?@+,=%-]*)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.markdown import DOCS, anchors
 from watchdog.surface.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[3]
@@ -77,35 +78,30 @@ def test_rules_name_only_series_the_daemon_exports() -> None:
     assert used <= exported, f"rules name series the daemon does not export: {sorted(used - exported)}"
 
 
-PLACEHOLDER = "https://tpu-watchdog.invalid/README.md"
+PLACEHOLDER = "https://tpu-watchdog.invalid/docs/runbooks.md"
 SET_BASE = REPO / "packaging" / "prometheus" / "set-runbook-base.sh"
 
 
-def _anchor(heading: str) -> str:
-    """The anchor GitHub and GitLab give a Markdown heading."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def test_every_alert_links_an_absolute_runbook_url_to_its_readme_runbook() -> None:
+def test_every_alert_links_an_absolute_runbook_url_to_its_runbook() -> None:
     text = RULES.read_text()
     assert "runbook:" not in text  # the old relative annotation
     urls = dict(re.findall(r"- alert: (\w+)\n(?:.*\n)*?\s+runbook_url: \"([^\"]+)\"", text))
     assert set(urls) == set(ALERTS)
-    headings = {_anchor(h) for h in re.findall(r"^#+ (.+)$", (REPO / "README.md").read_text(), re.M)}
+    headings = anchors(DOCS / "runbooks.md")
     for alert, url in urls.items():
-        assert url == f"{PLACEHOLDER}#runbook-{alert.lower()}"
-        assert url.rpartition("#")[2] in headings, f"{alert}: no README heading 'Runbook: {alert}'"
+        assert url == f"{PLACEHOLDER}#{alert.lower()}"
+        assert url.rpartition("#")[2] in headings, f"{alert}: no heading '{alert}' in docs/runbooks.md"
 
 
 @needs_promtool
 def test_the_runbook_base_can_be_set_and_the_rules_still_pass(tmp_path: Path) -> None:
-    base = "https://git.example.com/sre/tpu-watchdog/README.md"
+    base = "https://git.example.com/sre/tpu-watchdog/docs/runbooks.md"
     done = subprocess.run([str(SET_BASE), base], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stderr
     rewritten = tmp_path / "tpu-watchdog.rules.yml"
     rewritten.write_text(done.stdout)
     assert PLACEHOLDER + "#" not in done.stdout
-    assert done.stdout.count(f'runbook_url: "{base}#runbook-') == len(ALERTS)
+    assert done.stdout.count(f'runbook_url: "{base}#') == len(ALERTS)
     checked = promtool("check", "rules", str(rewritten))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     tests = RULE_TESTS.read_text().replace(PLACEHOLDER + "#", base + "#")
