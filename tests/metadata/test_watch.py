@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.support.failing_logs import every_line_raising
 from tests.support.waiting import wait_for
 from watchdog.core.metadata_values import MaintenanceKind, Preempted, UpcomingMaintenance, WatchedValue
 from watchdog.fake.server import FakeMetadataServer, Fault
@@ -420,3 +421,22 @@ def test_a_value_changed_during_a_long_outage_is_delivered_within_2_s_of_the_ret
     [line] = [r.getMessage() for r in caplog.records if "answering again" in r.getMessage()]
     seconds = float(line.removeprefix("metadata server answering again after ").removesuffix(" s"))
     assert OUTAGE_SEC - 1 <= seconds <= outage
+
+
+def test_a_log_that_raises_on_every_line_never_ends_a_watch(
+    fake: FakeMetadataServer, recorder: Recorder, start_watch: StartWatch
+) -> None:
+    """The line of a value is said before it is emitted, the outage's end before the value it brings: a
+    raising line once ended the watch there, the value lost for good (it was already the last seen)."""
+    told: list[Exception] = []
+    fake.add_fault(Fault(kind="reset", count=1))  # no answer, then "answering again"
+    with every_line_raising("watchdog.metadata.watch") as lines:
+        watch = start_watch(MAINTENANCE_EVENT, on_output_error=told.append)
+        wait_for(lambda: recorder.values(), what="the first value, after the reset")
+        assert lines.refused("answering again")
+        fake.set(MAINTENANCE_EVENT, "TERMINATE_ON_HOST_MAINTENANCE")
+        wait_for(lambda: len(recorder.values()) == 2, what="the change, its line refused")
+    assert recorder.failures() == [ErrorKind.CONNECTION_RESET]
+    assert watch.alive
+    assert len(told) == len(lines.refused()) >= 4  # the reset, the return, two values: each told
+    assert all(isinstance(error, RuntimeError) for error in told)

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.support.failing_logs import every_line_raising
+from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
-from watchdog.fake.server import FakeMetadataServer
+from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.surface.logs import KIND
 from watchdog.surface.notify import Notifier
 
@@ -96,3 +98,26 @@ def test_an_sd_notify_that_raises_stops_neither_the_loop_nor_the_drain(
         assert holder.popen.wait(timeout=10) == 0
         assert harness.metric(SIGNALS, signal="SIGTERM") == 1
         assert harness.thread.is_alive()
+
+
+def test_a_watch_whose_every_line_raises_still_hears_the_event_and_the_daemon_drains(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    """The watch threads log in their own logger: a line there that raised once ended the watch (the
+    event after it never heard), and a failed line of the watch was counted nowhere."""
+    holder = workloads.start("handled")
+    with (
+        DaemonHarness(tmp_path / "state", fake, workloads) as harness,
+        every_line_raising("tpu-watchdog", "watchdog.metadata.watch") as lines,  # once it runs
+    ):
+        fake.add_fault(Fault(kind="reset", path=MAINTENANCE))
+        fake.expire_hanging()  # the next GET of the key is the reset one
+        wait_for(lambda: lines.refused("answering again"), what="the line of the server's return")
+        fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+        harness.wait_state("drained")
+        assert holder.popen.wait(timeout=10) == 0  # its SIGTERM handler ran: the signal went out
+        assert harness.metric(SIGNALS, signal="SIGTERM") == 1
+        assert all(watch.alive for watch in harness.daemon.watcher.watches)
+        assert harness.thread.is_alive()
+        watch_lines = lines.refused("answering again") + lines.refused(MAINTENANCE)
+        assert harness.metric(OUTPUT_ERRORS, output="log") >= len(watch_lines) >= 2, watch_lines

@@ -35,7 +35,7 @@ from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.identity import fetch_identity
 from watchdog.metadata.transport import MetadataTransport, resolve_metadata_host
-from watchdog.metadata.watch import MetadataWatcher, WatchEvent, WatchTiming
+from watchdog.metadata.watch import MetadataWatcher, OnOutputError, WatchEvent, WatchTiming
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
 from watchdog.surface.metrics import Metrics
@@ -91,10 +91,12 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     transport = MetadataTransport(host)
     metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
 
-    def watcher_factory(emit: Callable[[WatchEvent], None]) -> MetadataWatcher:
+    def watcher_factory(
+        emit: Callable[[WatchEvent], None], on_output_error: OnOutputError
+    ) -> MetadataWatcher:
         return MetadataWatcher(
             transport, emit, stop, timeout_sec=wiring.timeout_sec, timing=wiring.timing,
-            backoff_factory=wiring.backoff or WatchBackoff,
+            backoff_factory=wiring.backoff or WatchBackoff, on_output_error=on_output_error,
         )  # fmt: skip
 
     senders = functools.partial(webhook_sender, metrics=metrics, backoff=wiring.webhook_backoff)

@@ -12,6 +12,7 @@ progress returns "interrupted" and is resumed, with the same deadline, by the ne
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -46,7 +47,15 @@ from watchdog.daemon.sighup import ReloadAsked
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.host.devices import DeviceSet
-from watchdog.metadata.watch import KeyUnsupported, MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
+from watchdog.metadata.watch import (
+    Emit,
+    KeyUnsupported,
+    MetadataWatcher,
+    OnOutputError,
+    ValueChanged,
+    WatchEvent,
+    WatchFailed,
+)
 from watchdog.store.address import remove_listen_address, write_listen_address
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
@@ -71,7 +80,7 @@ class Daemon:
         config: Config,
         *,
         stop: threading.Event,
-        watcher_factory: Callable[[Callable[[WatchEvent], None]], MetadataWatcher],
+        watcher_factory: Callable[[Emit, OnOutputError], MetadataWatcher],
         scanner: Scanner,
         devices: Callable[[], DeviceSet],
         patterns: Sequence[str] = (),  # what `devices` globs: the profile's patterns; (): config.devices
@@ -93,7 +102,7 @@ class Daemon:
         self.metrics, self.outputs = metrics, Outputs(metrics)  # every output below is guarded by outputs
         self.inbox: queue.Queue[WatchEvent | DrainDone | ReloadAsked | None] = queue.Queue()  # None: stop
         self.reloader = reloader  # SIGHUP: what a reload reads, and how it builds a webhook sender
-        self.watcher = watcher_factory(self.inbox.put)
+        self.watcher = watcher_factory(self.inbox.put, functools.partial(self.outputs.failed, Output.LOG))
         saved = store.state
         self.lifecycle = Lifecycle.restored(
             saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run

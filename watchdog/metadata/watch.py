@@ -6,12 +6,15 @@ with `wait_for_change=true&last_etag=E&timeout_sec=T` and a client read timeout 
 A failure is classified, emitted as `WatchFailed`, backed off (backoff.py: within about 1 s when the server
 did not answer at all) and retried, and is never a value change; after one, a plain GET resynchronises
 before hanging again. The server's return after an outage is logged once (`Outage`), not once per key.
+Every log line of a watch goes through `KeyWatch._say`: a line that raises (a broken journal) is handed to
+the injected `on_output_error` (the daemon counts it) and ends nothing, since a dead watch is a missed event.
 Setting `stop` closes the transport, which shuts down the sockets of hanging GETs, so every watch ends at
 once (one stop per transport).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import threading
@@ -57,6 +60,11 @@ class KeyUnsupported:
 
 WatchEvent: TypeAlias = ValueChanged | WatchFailed | KeyUnsupported
 Emit = Callable[[WatchEvent], None]
+OnOutputError = Callable[[Exception], None]  # a log line of a watch raised: told, never raised again
+
+
+def _ignore(error: Exception) -> None:
+    """The default `on_output_error` (a watch without a daemon): the line is lost, the watch goes on."""
 
 
 class WatchMode(enum.Enum):
@@ -109,11 +117,11 @@ class Outage:
             if self._since is None:
                 self._since = self._clock.monotonic()
 
-    def answered(self) -> None:
+    def answered(self) -> float | None:
+        """The seconds the outage this answer ends lasted, to the one caller that says so; else None."""
         with self._lock:
             since, self._since = self._since, None
-        if since is not None:
-            log.info("metadata server answering again after %.1f s", self._clock.monotonic() - since)
+        return None if since is None else self._clock.monotonic() - since
 
 
 class KeyWatch:
@@ -132,6 +140,7 @@ class KeyWatch:
         backoff: WatchBackoff | None = None,
         spec: KeySpec | None = None,
         outage: Outage | None = None,
+        on_output_error: OnOutputError = _ignore,
     ) -> None:
         if timeout_sec < 1:
             raise ValueError(f"timeout_sec must be a whole number of seconds >= 1, got {timeout_sec}")
@@ -145,6 +154,7 @@ class KeyWatch:
         self._timing = timing if timing is not None else WatchTiming()
         self._backoff = backoff if backoff is not None else WatchBackoff()
         self._outage = outage if outage is not None else Outage(self._clock)
+        self._on_output_error = on_output_error
         self._lock = threading.Lock()
         self._status = WatchStatus(key, WatchMode.HANGING, None, None, None)
         self._etag: str | None = None
@@ -195,7 +205,7 @@ class KeyWatch:
             started = self._clock.monotonic()
             try:
                 response = self._fetch(hanging)
-                self._outage.answered()  # said before the value it brings
+                self._answered()  # said before the value it brings
                 changed = self._accept(response)
             except MetadataError as exc:
                 if self._stop.is_set():
@@ -203,7 +213,7 @@ class KeyWatch:
                 if exc.kind in NO_ANSWER:
                     self._outage.no_answer()
                 else:
-                    self._outage.answered()
+                    self._answered()
                 if exc.kind is ErrorKind.HTTP_404 and self._spec.unsupported_on_404:
                     self._unsupported()
                     resync = True
@@ -216,8 +226,8 @@ class KeyWatch:
                 resync = exc.kind is not ErrorKind.MALFORMED_VALUE  # a bad value came with a good ETag
                 self._stop.wait(self._backoff.next_delay(exc.kind))
                 continue
-            except Exception as exc:  # broad on purpose: a watch never dies: log, count, back off, go on
-                log.exception("%s: unexpected failure in the watch", self.key)
+            except Exception as exc:  # noqa: BLE001 - a watch never dies: log, count, back off, go on
+                self._say(logging.ERROR, "%s: unexpected failure in the watch", self.key, exc_info=True)
                 self._failed(MetadataError(ErrorKind.OTHER, self.key, f"{type(exc).__name__}: {exc}"))
                 resync = True
                 self._stop.wait(self._backoff.next_delay(ErrorKind.OTHER))
@@ -225,7 +235,7 @@ class KeyWatch:
             resync = False
             self._backoff.reset()
             if mode is WatchMode.UNSUPPORTED:
-                log.warning("%s: answers again after a 404: watched again", self.key)
+                self._say(logging.WARNING, "%s: answers again after a 404: watched again", self.key)
                 self._update(mode=WatchMode.HANGING)
             if mode is WatchMode.POLLING:
                 self._stop.wait(self._timing.poll_interval_sec)
@@ -277,7 +287,7 @@ class KeyWatch:
         )
         if changed:
             unknown = isinstance(value, MaintenanceEvent) and value.kind is MaintenanceKind.UNKNOWN
-            log.log(logging.WARNING if unknown else logging.INFO, "%s: %s", self.key, value.describe())
+            self._say(logging.WARNING if unknown else logging.INFO, "%s: %s", self.key, value.describe())
             self._send(ValueChanged(self.key, value, now))
         return changed
 
@@ -286,7 +296,7 @@ class KeyWatch:
         counts[error.kind] = counts.get(error.kind, 0) + 1
         self._update(last_error=error.kind, error_counts=counts)
         # At debug: the daemon logs it in words, once per change of kind.
-        log.debug("%s: %s: %s (retrying)", self.key, error.kind.value, error.detail)
+        self._say(logging.DEBUG, "%s: %s: %s (retrying)", self.key, error.kind.value, error.detail)
         self._send(WatchFailed(self.key, error, self._clock.wall()))
 
     def _unsupported(self) -> None:
@@ -299,21 +309,40 @@ class KeyWatch:
         answered = before.last_success is not None  # then an event of it stands (daemon/loop.py)
         why = "HTTP 404 after answering before" if answered else "not supported on this machine (HTTP 404)"
         every = self._timing.unsupported_recheck_sec
-        log.warning("metadata %s: %s; asking again every %g s", self.key, why, every)
+        self._say(logging.WARNING, "metadata %s: %s; asking again every %g s", self.key, why, every)
         # The first 404 counts as an error (a hiccup shows on the dashboard); the rechecks do not, or a
         # machine that lacks the key would show a steady error rate while healthy.
         self._failed(MetadataError(ErrorKind.HTTP_404, self.key, "HTTP 404: not supported here", 404))
         self._send(KeyUnsupported(self.key, self._clock.wall()))
 
     def _fall_back_to_polling(self, why: str) -> None:
-        log.warning("%s: %s; polling every %g s instead", self.key, why, self._timing.poll_interval_sec)
+        self._say(
+            logging.WARNING,
+            "%s: %s; polling every %g s instead",
+            self.key,
+            why,
+            self._timing.poll_interval_sec,
+        )
         self._update(mode=WatchMode.POLLING)
 
     def _send(self, event: WatchEvent) -> None:
         try:
             self._emit(event)
-        except Exception:  # broad on purpose: a broken consumer must not end the watch
-            log.exception("%s: the event consumer failed on %r", self.key, event)
+        except Exception:  # noqa: BLE001 - a broken consumer must not end the watch
+            self._say(logging.ERROR, "%s: the event consumer failed on %r", self.key, event, exc_info=True)
+
+    def _answered(self) -> None:
+        lasted = self._outage.answered()
+        if lasted is not None:
+            self._say(logging.INFO, "metadata server answering again after %.1f s", lasted)
+
+    def _say(self, level: int, message: str, *args: object, exc_info: bool = False) -> None:
+        """One log line of the watch; one that raises goes to `on_output_error`, never up the watch."""
+        try:
+            log.log(level, message, *args, exc_info=exc_info)
+        except Exception as error:  # noqa: BLE001 - whatever a handler raises, the watch goes on
+            with contextlib.suppress(Exception):  # the teller of a failure failed too: nothing is left
+                self._on_output_error(error)
 
 
 class MetadataWatcher:
@@ -330,6 +359,7 @@ class MetadataWatcher:
         *,
         timing: WatchTiming | None = None,
         backoff_factory: Callable[[], WatchBackoff] = WatchBackoff,
+        on_output_error: OnOutputError = _ignore,
     ) -> None:
         outage = Outage(clock if clock is not None else SystemClock())
         self.watches = [
@@ -343,6 +373,7 @@ class MetadataWatcher:
                 timing=timing,
                 backoff=backoff_factory(),
                 outage=outage,
+                on_output_error=on_output_error,
             )
             for key in keys
         ]
