@@ -96,7 +96,6 @@ class Soak(World):
         """What may happen to the current event: its clear, a clear-while-down, a late arrival, an early
         clear. False if none did."""
         if episode.deadline is not None and now > self.clear_due(episode):
-            self.check_drained(episode)
             self.clear_event(episode)
         elif self.mid_drain(episode, now, second_half) and (roll < 0.15 or self.cwd_owed(now)):
             self.clear_while_down(episode)
@@ -204,6 +203,7 @@ class Soak(World):
             self.reaper.kill(("busy", i), signal.SIGKILL)
         self.reaper.stop()
         self.notify.close()
+        self.collect_served()
         self.fake.stop()
         self.device.close()
         self.read_holder_log()
@@ -216,16 +216,19 @@ class Soak(World):
         verdict = check(self.facts)
         counts, result = verdict.counts, self.result
         result.sigterms, result.sigkills_seen = counts["sigterms"], counts["sigkills"]
-        result.killed_without_sigterm = counts["killed_without_sigterm"]
-        result.late_arrivals_seen, result.late_arrivals_signalled = (
-            counts["late_arrivals"],
-            counts["late_arrivals_signalled"],
+        result.killed_without_sigterm, result.restart_kills = (
+            counts["killed_without_sigterm"],
+            counts["restart_kills"],
         )
-        result.jobs_after_clear_signalled, result.possibly_sent = (
-            counts["jobs_after_clear_signalled"],
-            counts["possibly_sent"],
-        )
+        result.late_arrivals_seen = counts["late_arrivals"]
+        result.late_arrivals_signalled = counts["late_arrivals_signalled"]
+        result.jobs_after_clear_signalled = counts["jobs_after_clear_signalled"]
+        result.possibly_sent = counts["possibly_sent"]
         result.kill_offsets_s = verdict.kill_offsets
+        result.term_latencies_s, result.late_term_latencies_s = (
+            verdict.term_latencies,
+            verdict.late_term_latencies,
+        )
         result.violations = [v.text for v in verdict.violations]
         result.timelines = ["\n".join([v.text, *timeline(self.facts, v.at)]) for v in verdict.violations[:20]]
         return result

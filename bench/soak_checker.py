@@ -1,47 +1,57 @@
-"""The soak's verdicts, from ground truth: the holders' receipts, the reaper's deaths, the daemons' own logs
-and the driver's timeline of events (bench/soak_facts.py), joined by PID (and start time) and time.
+"""The soak's verdicts, from ground truth only (bench/soak_facts.py): what the fake metadata server served
+each daemon run (its request log: every answer for an event key, its value and when it went out), what each
+holder received (it logs every SIGTERM itself), when each process died and how (the driver's reaper), and
+when the driver started, stopped or killed each run and when the run said READY=1. All on one wall clock.
+Never the daemon's log or state file: they say what it believed, and a missed event is one it never believed.
 
-Rules (each breach is a `Violation`, printed with the timeline around it):
-- every SIGTERM a holder receives is one a daemon's log names (nothing else on the machine signals it), comes
-  during an event (or within CLEAR_SLACK of its clear, or later while the sender's log shows it has not
-  heard of the clear yet), from a daemon that was running when the event cleared (a daemon started after
-  the clear must wait for a fresh metadata answer), to a process holding the device; at most one per
-  process per event;
-- every process that holds the device for REACT s while an event is on and a daemon knows it (its log says
-  so) gets its SIGTERM, a late arrival (opened after the drain's first signals) too; only a crash that left
-  the SIGTERM as an unconfirmed write-ahead intent excuses it;
-- a process still holding at the deadline is SIGKILLed within KILL_TOLERANCE of its due time: the deadline,
-  or, when no daemon knew of the event then, the moment one does (`held_back`: never); none outside an event;
-- the deadline never moves later; an event that outlived its deadline is marked drained (no drain lost);
-  no daemon exits unbidden; a graceful stop exits 0; the state is clean at the end.
+What a daemon run owes, on those facts:
+- Served: a run is served an event by the first answer carrying the event's value to a request of that run
+  (arrived after the run started, answered before it ended; an answer a fault spoiled aside), and served
+  its clear by the first answer after the clear carrying the value back. The deadline is the event as first
+  served to any run + the grace of the soak's config (a later run's first serving too, if the first run
+  died within TERM_BOUND of it, before it surely wrote the event down).
+- Admitted: from when a run may signal a process no earlier run SIGTERMed in this event: from its serving.
+  A run started while the event was on file (an earlier run was served it, no run since was served the
+  clear) resumes the drain at once, for what earlier runs SIGTERMed; newcomers wait until it is served the
+  event itself, or CONFIRM_WAIT after its start (after its READY=1, at the latest) if that is before the
+  deadline: past the deadline, nobody new.
+- SIGTERM: a process holding the device when its run is admitted gets its SIGTERM within TERM_BOUND of that;
+  one opening later while the event is on (a late arrival), within RESCAN + TERM_BOUND of its open. A SIGKILL
+  death in that time counts (past the deadline both go in one wave). Not owed once the run was served the
+  clear, or the process stopped holding. A run that ended before it was due passes it to the next run, on
+  the same rules, unless it ended after it was admitted to send it: it may have written the SIGTERM ahead
+  and died before sending it, and the next run never sends it again (`possibly_sent`: excused; SIGKILLed
+  only once that run is admitted, as a newcomer).
+- SIGKILL: a process still holding at the deadline is SIGKILLed within KILL_TOLERANCE of it (a late arrival
+  found after it: by when its SIGTERM was owed). When the run up at the deadline ended or was told to stop
+  by then + KILL_TOLERANCE, the next run kills what earlier runs SIGTERMed as it resumes the drain, heard or
+  not: after its start, by its READY=1 + KILL_TOLERANCE (`restart_kills`, not timed against the deadline).
+  None is owed, and none is allowed, once the run up was served the clear (TERM_BOUND for one in flight).
+- Never: a SIGTERM from no run admitted for an event (before its serving, after TERM_BOUND past its being
+  served the clear), a second SIGTERM to a process in one event, a signal before its open; a SIGKILL
+  outside its window. A daemon exits only when told; a graceful stop exits 0 within the driver's wait; the
+  state dir is clean at the end.
 
-A SIGKILL's time is the earliest evidence of it: the reaper's waitpid or the daemon's own log line, so a late
-reaper (the driver's timing) is told apart from a late daemon; the message gives both.
+TERM_BOUND is the promise the soak holds the daemon to: from the answer's last byte to the holder's handler
+running, through the daemon's parse, state write (fsync), scan and signal, on a loaded 2-core machine.
 """
 
 from __future__ import annotations
 
 import signal
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from bench.soak_facts import (
-    HEARD,
-    Episode,
-    Facts,
-    HolderFacts,
-    Instance,
-    LogLine,
-    beliefs,
-    confirmed,
-    held_back,
-    restored,
-)
+from bench.soak_facts import KEYS, OFF, ON, Episode, Facts, HolderFacts, Instance, Served
+from watchdog.daemon.newcomers import CONFIRM_WAIT
+from watchdog.daemon.runner import RESCAN_INTERVAL as RESCAN
 
-CLEAR_SLACK = 6.0  # s after a clear in which a signal may still go out (faults can delay hearing of it)
+TERM_BOUND = 0.5  # s from the event as served (or a late arrival's scan) to the holder's SIGTERM
+IN_FLIGHT = 0.5  # s from a signal's sending to its receipt, at most: a run this long dead may have sent it
 KILL_TOLERANCE = 1.0  # the issue's +-1 s
-REACT = 2.5  # s a holder may hold the device, with an event on and known, before its SIGTERM is owed
-MATCH = 5.0  # most s between a signal's daemon log line and its receipt
+REACT = RESCAN + TERM_BOUND  # s a late arrival may hold the device before its SIGTERM is owed
+SPOILED = ("fault:garbage", "fault:oversized", "fault:no_flavor")  # answers a daemon must refuse
 
 
 @dataclass(frozen=True)
@@ -54,41 +64,75 @@ class Violation:
 class Verdict:
     violations: list[Violation] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
-    kill_offsets: list[float] = field(default_factory=list)  # each SIGKILL's time minus its due time
+    kill_offsets: list[float] = field(default_factory=list)  # each timed SIGKILL's time minus its deadline
+    term_latencies: list[float] = field(default_factory=list)  # SIGTERM receipt minus the event as served
+    late_term_latencies: list[float] = field(default_factory=list)  # a late arrival's, minus its open
 
 
 def check(facts: Facts) -> Verdict:
     return _Checker(facts).run()
 
 
+def percentiles(values: list[float]) -> tuple[float, float, float] | None:
+    """p50, p99 and max (the table's SIGTERM latency)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return statistics.median(ordered), p99, ordered[-1]
+
+
+@dataclass
+class Knowledge:
+    """One run's view of one event, from what it was served."""
+
+    run: Instance
+    served: float | None  # the first answer with the event's value
+    clear: float | None  # the first answer after the clear with the value back
+    restored: bool = False  # started with the event on file
+    admits: float | None = None  # newcomers may be signalled from (the earliest reading of the wait)
+    owes: float | None = None  # newcomers must be signalled from (the latest reading)
+
+    @property
+    def ended(self) -> float:
+        return self.run.ended if self.run.ended is not None else float("inf")
+
+    def up(self, at: float) -> bool:
+        return self.run.started <= at < self.ended
+
+
+@dataclass(frozen=True)
+class Window:
+    """When a holder's SIGKILL may come (lo..hi, give or take KILL_TOLERANCE); owed: it must."""
+
+    lo: float
+    hi: float
+    owed: bool
+    timed: bool  # judged against the deadline (not a restart's resume, not a late arrival past it)
+    restart: bool  # due as the next run resumed the drain: none ran through the deadline
+    deadlines: tuple[float, ...]
+
+
 class _Checker:
     def __init__(self, facts: Facts) -> None:
         self.facts = facts
         self.verdict = Verdict()
-        self.used: set[int] = set()  # ids of daemon log lines already joined to a receipt or a death
-        # What each daemon knew, for SIGTERMs owed to newcomers: a restarted daemon's knowledge of the
-        # event on file counts from its confirmation (or the end of the wait): it signals nobody new before.
-        self.beliefs = [
-            (max(start, confirmed(i)) if restored(i, start) else start, end, i.index)
-            for i in facts.instances
-            for start, end in beliefs(i, facts.end)
-        ]
+        self.knowledge = {e.index: self.views(e) for e in facts.episodes}
+        self.dues = {e.index: self.deadlines(e, self.knowledge[e.index]) for e in facts.episodes}
         self.terms: dict[tuple[int, int], list[float]] = {}  # (holder serial, episode index) -> receipts
-        self.sent: dict[tuple[object, object], list[LogLine]] = {}  # (pid, signal) -> the daemons' lines
-        self.dues: dict[int, float | None] = {}  # episode index -> when its SIGKILLs are due
-        for instance in facts.instances:
-            for line in instance.lines:
-                if line.kind == "signal_sent" and line.get("result") in ("sent", None):
-                    self.sent.setdefault((line.get("pid"), line.get("signal")), []).append(line)
+        self.unsure: set[tuple[int, int]] = set()  # (serial, episode): SIGTERM maybe sent, never received
 
     def run(self) -> Verdict:
+        if not self.facts.served_complete:
+            self.flag(self.facts.end, "the fake's request log overflowed: what was served is not all known")
         for holder in self.facts.holders:
             self.receipts(holder)
         for holder in self.facts.holders:
-            self.owed(holder)
+            for episode in self.facts.episodes:
+                self.owed_term(holder, episode)
             self.kills(holder)
             self.verdict.counts["jobs_after_clear_signalled"] += self.signalled_after_clear(holder)
-        self.episodes()
+        self.verdict.counts["clears_while_down"] = sum(e.cleared_while_down for e in self.facts.episodes)
         self.daemons()
         self.verdict.violations.sort(key=lambda v: v.at)
         return self.verdict
@@ -96,81 +140,66 @@ class _Checker:
     def flag(self, at: float, text: str) -> None:
         self.verdict.violations.append(Violation(at, f"t+{at - self.facts.t0:.2f} s: {text}"))
 
-    # -- joins -----------------------------------------------------------------------------------------
+    def t(self, at: float) -> str:
+        return f"t+{at - self.facts.t0:.2f}"
+
+    # -- what each run was served ----------------------------------------------------------------------
+
+    def answers(self, run: Instance, path: str, value: str, after: float) -> float | None:
+        """The first answer to this run's requests for `path` carrying `value`, after `after`."""
+        ended = run.ended if run.ended is not None else float("inf")
+        times = [s.answered for s in self.facts.served if s.path == path and _good(s, value)
+                 and s.arrived >= run.started and after <= s.answered <= ended]  # fmt: skip
+        return min(times, default=None)
+
+    def views(self, episode: Episode) -> list[Knowledge]:
+        key, until = KEYS[episode.source], self.next_start(episode)
+        runs = [i for i in self.facts.instances
+                if i.started < until and (i.ended is None or i.ended > episode.started)]  # fmt: skip
+        views, on_file = [], False
+        for run in runs:
+            served = self.answers(run, key, ON[episode.source], episode.started)
+            if episode.cleared is not None and served is not None and served > episode.cleared:
+                served = None  # an answer logged as the value went back: not this event
+            clear = None
+            if episode.cleared is not None:
+                clear = self.answers(run, key, OFF[episode.source], episode.cleared)
+            views.append(Knowledge(run, served, clear, restored=on_file))
+            on_file = (on_file or served is not None) and clear is None
+        deadlines = self.deadlines(episode, views)
+        for view in views:
+            wait_from, wait_to = (
+                view.run.started + CONFIRM_WAIT,
+                (view.run.ready or view.ended) + CONFIRM_WAIT,
+            )
+            first = deadlines[0] if deadlines else float("inf")
+            waits = (wait_from if wait_from < first else None, wait_to if wait_to < first else None)
+            admits, owes = (view.served, view.served) if not view.restored else (
+                _min(view.served, waits[0]), _min(view.served, waits[1]))  # fmt: skip
+            if view.clear is not None:  # the clear first: nobody new after it
+                admits = admits if admits is not None and admits < view.clear else None
+                owes = owes if owes is not None and owes < view.clear else None
+            view.admits, view.owes = admits, owes
+        return views
+
+    def deadlines(self, episode: Episode, views: list[Knowledge]) -> tuple[float, ...]:
+        """The event as first served + the grace; a later run's too while the run served it died within
+        TERM_BOUND of that (before it surely wrote it down)."""
+        found: list[float] = []
+        for view in views:
+            if view.served is None:
+                continue
+            found.append(view.served + episode.grace)
+            if view.ended >= view.served + TERM_BOUND:
+                break
+        return tuple(found)
+
+    def next_start(self, episode: Episode) -> float:
+        later = [e.started for e in self.facts.episodes if e.index > episode.index]
+        return min(later, default=float("inf"))
 
     def episode_at(self, at: float) -> Episode | None:
         return next((e for e in reversed(self.facts.episodes) if e.started <= at), None)
-
-    def instance_at(self, at: float) -> Instance | None:
-        up = [i for i in self.facts.instances if i.started <= at and (i.ended is None or at < i.ended)]
-        return up[-1] if up else None
-
-    def logged(self, holder: HolderFacts, signame: str, at: float) -> LogLine | None:
-        """The daemon's line for this signal to this process, nearest in time, not joined yet."""
-        best: LogLine | None = None
-        for line in self.sent.get((holder.pid, signame), []):
-            start = line.get("start_time")
-            if holder.start_time is not None and start is not None and int(str(start)) != holder.start_time:
-                continue
-            if id(line) in self.used or abs(line.at - at) > MATCH + line.resolution:
-                continue
-            if best is None or abs(line.at - at) < abs(best.at - at):
-                best = line
-        if best is not None:
-            self.used.add(id(best))
-        return best
-
-    def crash_near(self, at: float) -> bool:
-        """A kill -9 just after `at`: it may have sent the signal and died before logging it."""
-        return any(i.told == "kill" and i.ended is not None and at - 1.0 <= i.ended <= at + 2.0
-                   for i in self.facts.instances)  # fmt: skip
-
-    def sender(self, line: LogLine | None, at: float) -> Instance | None:
-        return self.facts.instances[line.instance - 1] if line is not None else self.instance_at(at)
-
-    def attribute(
-        self, what: str, at: float, sender: Instance | None, kept: HolderFacts | None = None
-    ) -> Episode | None:
-        """The event a signal received at `at` is for; None (flagged) if none: it came more than
-        CLEAR_SLACK after the last clear, or, however soon, from a daemon started after that clear (which
-        must have waited for a fresh metadata answer). `kept`: a SIGKILL's holder; one that got its SIGTERM
-        from an earlier daemon keeps its deadline and its SIGKILL across the restart, heard or not."""
-        episode = self.episode_at(at)
-        cleared = episode.cleared if episode is not None else None
-        if (
-            episode is not None
-            and cleared is not None
-            and at > cleared
-            and sender
-            and sender.started > cleared
-        ):
-            if self.kept_kill(kept, episode, sender, at):
-                self.verdict.counts["kept_kills_after_restart"] += 1
-                return episode  # by the rule: a deadline kept across the restart, heard or not
-            self.flag(at, f"{what} for the {self.describe(episode)}, which cleared while no daemon ran, by "
-                      f"daemon #{sender.index} started {sender.started - cleared:.1f} s after the clear: it "
-                      "signalled without a fresh metadata answer")  # fmt: skip
-            self.verdict.counts["signals_after_clear_while_down"] += 1
-            return None
-        if episode is None or (
-            cleared is not None and at > cleared + CLEAR_SLACK and not self.unheard(sender, at)
-        ):
-            self.flag(at, f"{what} outside any event")
-            return None
-        return episode
-
-    def kept_kill(self, holder: HolderFacts | None, episode: Episode, sender: Instance, at: float) -> bool:
-        """A SIGKILL, at or past the deadline, of a holder an earlier daemon SIGTERMed in this event."""
-        if holder is None or episode.deadline is None or at < episode.deadline - KILL_TOLERANCE:
-            return False
-        return any(t < sender.started for t in self.terms.get((holder.serial, episode.index), []))
-
-    def unheard(self, sender: Instance | None, at: float) -> bool:
-        """The sender's log shows it still knew of the event when it sent (at most 1 s before `at`): it had
-        not heard of the clear yet (faults can hide it for long), so the signal is no daemon bug."""
-        if sender is None:
-            return False
-        return any(s <= at and e >= at - 1.0 for s, e in beliefs(sender, self.facts.end, HEARD))
 
     # -- SIGTERM ---------------------------------------------------------------------------------------
 
@@ -178,64 +207,92 @@ class _Checker:
         name = _name(holder)
         for at in holder.terms:
             self.verdict.counts["sigterms"] += 1
-            line = self.logged(holder, "SIGTERM", at)
-            sender = self.sender(line, at)
-            if line is None and not self.crash_near(at):
-                self.flag(at, f"{name} received a SIGTERM no daemon's log names (a signal from elsewhere?)")
             if holder.opened is not None and at < holder.opened:
                 self.flag(at, f"{name} received a SIGTERM before it opened the device")
-            episode = self.attribute(f"SIGTERM to {name}", at, sender)
+            episode = self.episode_at(at)
+            why = self.forbidden_term(holder, episode, at) if episode is not None else "outside any event"
+            if why:
+                self.flag(at, f"SIGTERM to {name} {why}")
             if episode is None:
                 continue
             if holder.released is not None and holder.released < episode.started:
-                self.flag(
-                    at,
-                    f"SIGTERM to {name}, which had released the device before the {self.describe(episode)}",
-                )
+                self.flag(at, f"SIGTERM to {name}, which had released the device before the "
+                              f"{self.describe(episode)}")  # fmt: skip
             got = self.terms.setdefault((holder.serial, episode.index), [])
             got.append(at)
             if len(got) == 2:
                 self.flag(at, f"second SIGTERM to {name} in the {self.describe(episode)} (first at "
-                              f"t+{got[0] - self.facts.t0:.2f} s)")  # fmt: skip
+                              f"{self.t(got[0])} s)")  # fmt: skip
 
-    def owed(self, holder: HolderFacts) -> None:
-        """A holder that held the device while an event was on and a daemon knew it got its SIGTERM."""
+    def forbidden_term(self, holder: HolderFacts, episode: Episode, at: float) -> str:
+        """Why no run could send this SIGTERM ("" if one could): each run up when it may have been sent (at
+        most IN_FLIGHT before its receipt) was not admitted, or had been served the clear."""
+        senders = [v for v in self.knowledge[episode.index]
+                   if v.run.started <= at and v.ended >= at - IN_FLIGHT]  # fmt: skip
+        if not senders:
+            return f"while no daemon ran, in the {self.describe(episode)}"
+        reasons = [self.not_admitted(v, episode, at) for v in senders]
+        return "" if "" in reasons else reasons[-1]
+
+    def not_admitted(self, view: Knowledge, episode: Episode, at: float) -> str:
+        run, event = f"daemon #{view.run.index}", self.describe(episode)
+        if view.clear is not None and at > view.clear + TERM_BOUND:
+            return f"{at - view.clear:.1f} s after {run} was served the clear of the {event}"
+        if view.admits is not None and view.admits <= at:
+            return ""
+        if view.restored and view.served is None:
+            return (f"by {run}, which resumed the {event} from its state file and was never served it: it "
+                    "signalled a newcomer without a fresh metadata answer")  # fmt: skip
+        return f"by {run} before it was served the {event}"
+
+    def owed_term(self, holder: HolderFacts, episode: Episode) -> None:
+        """The SIGTERM a holder was owed in this event, and its latency; see the module's rules."""
         if holder.opened is None:
             return
         until = holder.stopped_holding or self.facts.end
-        for episode in self.facts.episodes:
-            span = (max(holder.opened, episode.started), min(until, episode.cleared or self.facts.end))
-            if span[0] >= span[1]:
+        cleared = episode.cleared or self.facts.end
+        if holder.opened >= cleared or until <= episode.started:
+            return
+        signals = sorted(self.terms.get((holder.serial, episode.index), []) + self.killed_in(holder, episode))
+        first = signals[0] if signals else None
+        views = self.knowledge[episode.index]
+        admitted = [v.served for v in views if v.served is not None]
+        late = bool(admitted) and holder.opened > min(admitted)
+        self.verdict.counts["late_arrivals"] += late
+        self.verdict.counts["late_arrivals_signalled"] += late and first is not None
+        for view in views:
+            if view.owes is None or view.owes >= cleared:
                 continue
-            first = self.drain_began(episode)
-            late = first is not None and holder.opened > first
-            got = bool(self.terms.get((holder.serial, episode.index)))
-            self.verdict.counts["late_arrivals"] += late
-            self.verdict.counts["late_arrivals_signalled"] += late and (got or self.named(holder, span))
-            known = [(max(span[0], s), min(span[1], e), i) for s, e, i in self.beliefs]
-            longest = max(known, key=lambda k: k[1] - k[0], default=None)
-            if got or longest is None or longest[1] - longest[0] < REACT:
-                continue
-            if self.facts.intents.get((holder.pid, holder.start_time or 0)) is False:
-                self.verdict.counts["possibly_sent"] += 1  # a crash left its SIGTERM an unconfirmed intent
-                continue
-            note = ""
-            if late and first is not None:
-                note = f" (a late arrival: it opened {holder.opened - first:.1f} s after the drain began)"
-            held = longest[1] - longest[0]
-            what = f"the {self.describe(episode)} was on and daemon #{longest[2]} knew it"
-            text = f"{_name(holder)} held the device for {held:.1f} s while {what}, and got no SIGTERM{note}"
-            self.flag(longest[0] + REACT, text)
+            start = max(view.owes, holder.opened)
+            after_open = holder.opened > view.owes
+            due = self.found(holder, view)
+            if first is not None and first <= due:
+                if after_open:
+                    self.verdict.late_term_latencies.append(round(first - holder.opened, 3))
+                elif view.owes == view.served:
+                    self.verdict.term_latencies.append(round(first - view.owes, 3))
+                return
+            if until <= due or (view.clear is not None and view.clear <= due):
+                return  # it let go, or the run was served the clear, before the SIGTERM was due
+            if view.ended < due:
+                if view.ended >= start:  # it may have written the SIGTERM ahead and died before sending
+                    self.verdict.counts["possibly_sent"] += 1
+                    self.unsure.add((holder.serial, episode.index))
+                    return
+                continue  # gone before it could: the next run owes it
+            what = (
+                f"daemon #{view.run.index} was served the {self.describe(episode)} at {self.t(view.owes)} s"
+            )
+            if after_open:
+                what = f"it opened the device at {self.t(holder.opened)} s, after {what} (a late arrival)"
+            got = f"its first signal came {first - start:.2f} s after" if first is not None else "no SIGTERM"
+            self.flag(due, f"{_name(holder)} still held the device {TERM_BOUND:.1f} s after "
+                           f"{'its scan' if after_open else 'that'}: {what}; {got}")  # fmt: skip
+            return
 
-    def named(self, holder: HolderFacts, span: tuple[float, float]) -> bool:
-        """A daemon's log names a SIGTERM to this process in `span` (give or take CLEAR_SLACK): one it sent,
-        received or not (SIGTERM and SIGKILL in one wave: the holder is dead before its handler runs)."""
-        lines = self.sent.get((holder.pid, "SIGTERM"), [])
-        return any(
-            span[0] - 1.0 <= line.at <= span[1] + CLEAR_SLACK
-            and (holder.start_time is None or str(line.get("start_time")) == str(holder.start_time))
-            for line in lines
-        )
+    def killed_in(self, holder: HolderFacts, episode: Episode) -> list[float]:
+        died = self.sigkilled(holder)
+        return [died] if died is not None and self.episode_at(died) is episode else []
 
     def signalled_after_clear(self, holder: HolderFacts) -> bool:
         """A clear-while-down's new job got a signal before the next event: it should have got none."""
@@ -243,131 +300,94 @@ class _Checker:
             return False
         later = [e.started for e in self.facts.episodes if e.started > holder.opened]
         until = min(later, default=float("inf"))
-        killed = holder.exit_code == -signal.SIGKILL and not holder.culled
-        return any(t < until for t in holder.terms) or (killed and (holder.died or 0.0) < until)
-
-    def drain_began(self, episode: Episode) -> float | None:
-        """When the event's drain surely began: its first SIGTERM received, or a daemon's "drain started"
-        (at the end of its second, for the text format); a holder opening later is a late arrival."""
-        times = [t for (_, index), ts in self.terms.items() if index == episode.index for t in ts]
-        until = episode.cleared or self.facts.end
-        began = [
-            x.at + x.resolution for i in self.facts.instances for x in i.lines if x.kind == "drain_started"
-        ]
-        times += [t for t in began if episode.started <= t <= until]
-        return min(times, default=None)
+        killed = self.sigkilled(holder)
+        return any(t < until for t in holder.terms) or (killed is not None and killed < until)
 
     # -- SIGKILL ---------------------------------------------------------------------------------------
 
+    def sigkilled(self, holder: HolderFacts) -> float | None:
+        return holder.died if holder.exit_code == -signal.SIGKILL and not holder.culled else None
+
     def kills(self, holder: HolderFacts) -> None:
-        died = holder.died if holder.exit_code == -signal.SIGKILL and not holder.culled else None
+        name, died = _name(holder), self.sigkilled(holder)
         if died is not None:
-            self.kill(holder, died)
+            self.verdict.counts["sigkills"] += 1
+            episode = self.episode_at(died)
+            window = self.window(holder, episode) if episode is not None else None
+            if episode is None or window is None:
+                self.flag(died, f"SIGKILL of {name} outside any event's SIGKILL window")
+            else:
+                self.kill(holder, episode, window, died)
         for episode in self.facts.episodes:
-            deadline, due = episode.deadline, self.kill_due(episode)
-            if deadline is None or due is None or holder.opened is None or holder.opened > deadline - REACT:
-                continue  # a holder that came just before the deadline, or after, is not timed
-            if episode.cleared is not None and episode.cleared <= due + KILL_TOLERANCE:
-                continue  # cleared by then: the drain is cancelled, nothing is SIGKILLed
-            if held_back(self.instance_at(due), due, self.terms.get((holder.serial, episode.index), [])):
-                continue  # new to a restarted daemon, the event unconfirmed: past the deadline, nobody new
-            if died is not None and self.episode_at(died) is episode:
-                continue  # SIGKILLed in this event: its timing is judged by `kill`
-            until = holder.stopped_holding or self.facts.end
-            if until > due + KILL_TOLERANCE and self.facts.end > due + KILL_TOLERANCE:
-                what = f"the {self.describe(episode)}"
-                self.flag(due + KILL_TOLERANCE, f"{_name(holder)} still held the device {KILL_TOLERANCE:.0f} "
-                          f"s after its SIGKILL was due ({what}) and was not SIGKILLed")  # fmt: skip
+            window = self.window(holder, episode)
+            if window is None or not window.owed or (died is not None and self.episode_at(died) is episode):
+                continue
+            until, latest = holder.stopped_holding or self.facts.end, window.hi + KILL_TOLERANCE
+            if until > latest and self.facts.end > latest:
+                due = f"{KILL_TOLERANCE:.0f} s after its SIGKILL was due (the {self.describe(episode)})"
+                self.flag(latest, f"{name} still held the device {due} and was not SIGKILLed")
 
-    def kill(self, holder: HolderFacts, died: float) -> None:
-        self.verdict.counts["sigkills"] += 1
-        name = _name(holder)
-        line = self.logged(holder, "SIGKILL", died)
-        sender = self.sender(line, died)
-        if line is None and not self.crash_near(died):
-            self.flag(died, f"{name} was SIGKILLed, and no daemon's log names it (a signal from elsewhere?)")
-        episode = self.attribute(f"SIGKILL of {name}", died, sender, kept=holder)
-        if episode is None:
-            return
+    def kill(self, holder: HolderFacts, episode: Episode, window: Window, died: float) -> None:
         self.verdict.counts["killed_without_sigterm"] += not self.terms.get((holder.serial, episode.index))
-        deadline, due = episode.deadline, self.kill_due(episode)
-        if due is None and sender is not None and self.kept_kill(holder, episode, sender, died):
-            return  # kept across a restart after a clear no daemon heard: no daemon knew of it in time
-        if deadline is None or due is None:
-            self.flag(died, f"SIGKILL of {name} in the {self.describe(episode)}, with no deadline known")
+        if window.timed:
+            offset = min((died - d for d in window.deadlines), key=abs)
+            self.verdict.kill_offsets.append(round(offset, 3))
+        else:
+            self.verdict.counts["restart_kills" if window.restart else "late_kills_untimed"] += 1
+        if window.lo - KILL_TOLERANCE <= died <= window.hi + KILL_TOLERANCE:
             return
-        if holder.opened is not None and holder.opened > deadline - REACT:
-            self.verdict.counts["late_kills_untimed"] += 1
-            return
-        if (
-            sender is not None
-            and restored(sender, sender.started)
-            and not self.kept_kill(holder, episode, sender, died)
-        ):
-            due = max(due, confirmed(sender))  # new to a restarted daemon: held until an answer confirms it
-        logged = line.at + line.resolution if line is not None else died
-        if sender is not None and sender.told and abs(min(died, logged) - deadline) <= KILL_TOLERANCE:
-            due = deadline  # told to stop just before its deadline, it got there first: on time
-        offset = min(died, logged) - due
-        self.verdict.kill_offsets.append(round(offset, 3))
-        if abs(offset) > KILL_TOLERANCE + (line.resolution if line is not None else 0.0):
-            who = f"the daemon logged it at {logged - due:+.2f} s" if line is not None else "no log line"
-            t0 = self.facts.t0
-            self.flag(died, f"SIGKILL of {name} at {offset:+.2f} s from its due time t+{due - t0:.2f} "
-                      f"(reaped at {died - due:+.2f} s, {who}; deadline t+{deadline - t0:.2f})")  # fmt: skip
+        side = "before" if died < window.lo else "after"
+        edge = window.lo if died < window.lo else window.hi
+        self.flag(died, f"SIGKILL of {_name(holder)} {abs(died - edge):.2f} s {side} its window "
+                        f"{self.t(window.lo)}..{self.t(window.hi)} s (+-{KILL_TOLERANCE:.0f} s; deadline "
+                        f"{self.t(window.deadlines[0])} s, the {self.describe(episode)})")  # fmt: skip
 
-    def kill_due(self, episode: Episode) -> float | None:
-        """The deadline if a daemon knew of the event then; else the first moment one did afterwards."""
-        if episode.index not in self.dues:
-            self.dues[episode.index] = self._kill_due(episode)
-        return self.dues[episode.index]
-
-    def _kill_due(self, episode: Episode) -> float | None:
-        deadline = episode.deadline
-        if deadline is None:
+    def window(self, holder: HolderFacts, episode: Episode) -> Window | None:
+        """When this holder's SIGKILL may come in this event, and whether it must; None: it may not."""
+        views, deadlines = self.knowledge[episode.index], self.dues[episode.index]
+        if not deadlines or holder.opened is None:
             return None
-        for instance in self.facts.instances:
-            # A daemon told to stop interrupts its drain for the next start (the state file keeps it):
-            # from the order on, it kills nothing, so it knows nothing here.
-            until = self.told_at(instance)
-            if until is not None and until <= deadline:
-                continue
-            knows = [
-                max(s, deadline)
-                for s, e in beliefs(instance, self.facts.end, early=True)
-                if min(e, until if until is not None else e) > deadline
-            ]
-            if not knows:
-                continue
-            moment = min(knows)
-            if moment <= deadline:
-                return deadline
-            if episode.cleared is not None and moment > episode.cleared:
+        first, last = deadlines[0], deadlines[-1]
+        through = [v for v in views if v.up(first) and v.ended > first + KILL_TOLERANCE
+                   and (v.run.told_at is None or v.run.told_at > first + KILL_TOLERANCE)]  # fmt: skip
+        restart = not through
+        if through:
+            view, lo, hi = through[-1], first, last
+        else:  # no run through the deadline: the next one resumes the drain as it starts
+            nexts = [v for v in views if v.run.started > first]
+            if not nexts:
                 return None
-            if until is None or until >= moment + KILL_TOLERANCE:
-                return moment
-        return None
+            view = nexts[0]
+            lo, hi = first, min(view.run.ready if view.run.ready is not None else view.ended, view.ended)
+        if view.clear is not None and holder.opened > view.clear:
+            return None  # it came after the run was served the clear
+        terms = self.terms.get((holder.serial, episode.index), [])
+        unsure = (holder.serial, episode.index) in self.unsure
+        owed = holder.opened < (episode.cleared or self.facts.end)  # after the clear: allowed while unheard
+        if unsure or not any(t < view.run.started for t in terms):  # new to this run: once it is admitted
+            if view.admits is None:
+                return None  # never admitted: nobody new past the deadline
+            lo = max(lo, view.admits)
+            if view.owes is None:
+                hi, owed = max(hi, self.found(holder, view, view.admits)), False
+            else:
+                hi = max(hi, self.found(holder, view))
+        if view.clear is not None and view.clear <= hi + KILL_TOLERANCE:
+            if view.clear + TERM_BOUND < lo:
+                return None  # served the clear first: nothing is SIGKILLed
+            hi, owed = max(lo, min(hi, view.clear + TERM_BOUND)), False
+        return Window(lo, hi, owed, timed=not restart and hi <= last, restart=restart, deadlines=deadlines)
 
-    def told_at(self, instance: Instance) -> float | None:
-        """When the driver told this daemon to stop (or killed it); when it ended, if not told."""
-        if instance.told is None:
-            return instance.ended
-        said = (f"SIGTERM to daemon #{instance.index}", f"kill -9 to daemon #{instance.index}")
-        told = [t for t, action in self.facts.actions if action in said]
-        return min(told) if told else instance.ended
+    def found(self, holder: HolderFacts, view: Knowledge, admitted: float | None = None) -> float:
+        """By when a run admitted at `admitted` (its `owes`) has surely signalled this holder: a late arrival
+        (or a newcomer a resumed drain held back) waits for the next scan (RESCAN), then the wave."""
+        admitted = view.owes if admitted is None else admitted
+        assert admitted is not None
+        opened = holder.opened if holder.opened is not None else admitted
+        scan = RESCAN if opened > admitted or view.restored else 0.0
+        return max(opened, admitted) + scan + TERM_BOUND
 
-    def episodes(self) -> None:
-        for episode in self.facts.episodes:
-            self.verdict.counts["clears_while_down"] += episode.cleared_while_down
-            first = episode.deadline
-            for seen, deadline in episode.deadlines[1:]:
-                if first is not None and deadline > first + 1e-6:
-                    self.flag(seen, f"the deadline of the {self.describe(episode)} moved later: "
-                                    f"{first:.3f} -> {deadline:.3f}")  # fmt: skip
-            if episode.drained_at_clear is False and episode.cleared is not None:
-                if self.kill_due(episode) is None:
-                    continue  # no daemon knew of it from its deadline to its clear (down, or starting up)
-                self.flag(episode.cleared, f"the {self.describe(episode)} outlived its deadline undrained")
+    # -- the daemons themselves ------------------------------------------------------------------------
 
     def daemons(self) -> None:
         for instance in self.facts.instances:
@@ -376,7 +396,7 @@ class _Checker:
                     instance.ended, f"daemon #{instance.index} exited by itself with {instance.exit_code}"
                 )
             if instance.told in ("stop", "final") and instance.ended is not None and instance.exit_code != 0:
-                if instance.exit_code == -signal.SIGTERM and not instance.lines:
+                if instance.exit_code == -signal.SIGTERM and not self.asked(instance):
                     # Stopped while the interpreter was still starting, before the daemon's code could
                     # block the signal: nothing was begun, and systemd counts a SIGTERM death a clean stop.
                     self.verdict.counts["stopped_before_its_code_ran"] += 1
@@ -392,8 +412,21 @@ class _Checker:
         if self.facts.leftovers:
             self.flag(self.facts.end, f"temporary files left in the state dir: {self.facts.leftovers}")
 
+    def asked(self, run: Instance) -> bool:
+        """This run asked the fake for an event key: its code ran (its first act after blocking SIGTERM)."""
+        ended = run.ended if run.ended is not None else float("inf")
+        return any(run.started <= s.arrived <= ended for s in self.facts.served)
+
     def describe(self, episode: Episode) -> str:
         return f"{episode.source} event #{episode.index} of t+{episode.started - self.facts.t0:.1f} s"
+
+
+def _good(served: Served, value: str) -> bool:
+    return served.status == 200 and served.note not in SPOILED and served.value.strip() == value
+
+
+def _min(*values: float | None) -> float | None:
+    return min((v for v in values if v is not None), default=None)
 
 
 def _name(holder: HolderFacts) -> str:

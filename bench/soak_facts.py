@@ -1,10 +1,12 @@
 """What a soak records, each fact timed where it happens, and the parsers of the two logs it reads.
 
-The driver's own timeline (events set and cleared on the fake, daemons started and stopped, holders spawned);
-the holders' log, where each holder appends a line for every SIGTERM it receives, timed by the holder; each
-daemon's log (one file per daemon run), its JSON lines naming each signal, its event and drain; deaths,
-timed by the driver's reaper the moment waitpid returns. `bench/soak_checker.py` judges them; `timeline`
-shows them around a moment; `facts_json` / `load_facts` keep them for judging again.
+Ground truth, all on one wall clock: the driver's own timeline (events set and cleared on the fake, daemons
+started, stopped and killed, holders spawned); what the fake served (its request log: each answer to an
+event key, its value and when it went out); the holders' log, where each holder appends a line for every
+SIGTERM it receives, timed by the holder; deaths, timed by the driver's reaper the moment waitpid returns;
+each daemon's READY=1. Each daemon's log (one file per run) is kept for the timeline a person reads, never
+as evidence. `bench/soak_checker.py` judges them; `timeline` shows them around a moment; `facts_json` /
+`load_facts` keep them for judging again.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+KEYS = {"preempted": "instance/preempted", "maintenance": "instance/maintenance-event"}
+ON = {"preempted": "TRUE", "maintenance": "TERMINATE_ON_HOST_MAINTENANCE"}
+OFF = {"preempted": "FALSE", "maintenance": "NONE"}
+
 
 @dataclass
 class Episode:
@@ -24,15 +30,28 @@ class Episode:
     index: int
     source: str  # "preempted" or "maintenance"
     started: float  # just before the fake was told
+    grace: float  # the soak's config for this source: the deadline is the event as first served + this
     cleared: float | None = None  # just after the fake was told
     cleared_while_down: bool = False  # cleared while no daemon was running
-    deadlines: list[tuple[float, float]] = field(default_factory=list)  # (seen at, deadline) on each change
-    drained_at_clear: bool | None = None  # for an event cleared after its deadline: marked drained then?
+    # (seen at, deadline) on each change of the state file: the driver paces its episodes by it, no verdict.
+    deadlines: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def deadline(self) -> float | None:
-        """The first deadline the state file showed for this event."""
+        """The first deadline the state file showed for this event (for the driver's pacing)."""
         return self.deadlines[0][1] if self.deadlines else None
+
+
+@dataclass(frozen=True)
+class Served:
+    """One answer of the fake to a request for an event key (watchdog/fake/requestlog.py)."""
+
+    arrived: float
+    answered: float
+    path: str
+    status: int
+    value: str
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,7 @@ class Instance:
     ended: float | None = None  # reaped
     exit_code: int | None = None  # as Popen.returncode: -9 for SIGKILL
     told: str | None = None  # "kill", "stop" or "final": the driver ended it; None: it ended by itself
+    told_at: float | None = None  # when the driver sent its kill -9 or SIGTERM
     stop_timed_out: bool = False
     lines: list[LogLine] = field(default_factory=list)
 
@@ -99,8 +119,8 @@ class Facts:
     instances: list[Instance] = field(default_factory=list)
     holders: list[HolderFacts] = field(default_factory=list)
     actions: list[tuple[float, str]] = field(default_factory=list)  # the driver's own timeline
-    # SIGTERM intents seen in the state file, by (pid, start time): ever confirmed as sent?
-    intents: dict[tuple[int, int], bool] = field(default_factory=dict)
+    served: list[Served] = field(default_factory=list)
+    served_complete: bool = True  # False: the fake's request log overflowed, the oldest answers are lost
     final_state: dict[str, object] | None = None
     final_clean: bool = True
     leftovers: list[str] = field(default_factory=list)
@@ -108,9 +128,7 @@ class Facts:
 
 def facts_json(facts: Facts) -> str:
     """The facts as JSON, for a person reading the evidence of a run."""
-    data = asdict(facts)
-    data["intents"] = [[pid, start, confirmed] for (pid, start), confirmed in facts.intents.items()]
-    return json.dumps(data, default=str, indent=1)
+    return json.dumps(asdict(facts), default=str, indent=1)
 
 
 def load_facts(text: str) -> Facts:
@@ -118,7 +136,7 @@ def load_facts(text: str) -> Facts:
     data = json.loads(text)
     facts = Facts(data["t0"], data["end"], final_state=data["final_state"], final_clean=data["final_clean"])
     facts.actions, facts.leftovers = [(t, a) for t, a in data["actions"]], data["leftovers"]
-    facts.intents = {(pid, start): confirmed for pid, start, confirmed in data["intents"]}
+    facts.served, facts.served_complete = [Served(**s) for s in data["served"]], data["served_complete"]
     for e in data["episodes"]:
         facts.episodes.append(Episode(**{**e, "deadlines": [(seen, at) for seen, at in e["deadlines"]]}))
     for i in data["instances"]:
@@ -136,6 +154,8 @@ def timeline(facts: Facts, at: float, span: float = CONTEXT) -> list[str]:
     rows: list[tuple[float, str, str]] = [
         (t, "driver", text) for t, text in facts.actions
     ]  # (time, who, what)
+    rows += [(s.answered, "fake", f"served {s.path} = {s.value[:40]!r}" + (f" ({s.note})" if s.note else ""))
+             for s in facts.served if s.status == 200]  # fmt: skip
     for h in facts.holders:
         who = f"holder #{h.serial} pid {h.pid}"
         rows += [(t, who, "received SIGTERM") for t in h.terms]
@@ -260,75 +280,15 @@ class Result:
     late_arrivals_signalled: int = 0
     clears_while_down: int = 0
     jobs_after_clear_signalled: int = 0  # must be 0
-    possibly_sent: int = 0  # SIGTERMs a crash left as unconfirmed write-ahead intents (excused)
+    possibly_sent: int = 0  # SIGTERMs owed when their daemon ended: maybe written ahead, never sent (excused)
     cpu_busy_percent: float = 0.0  # of all cores, over the run
     rss_kib: list[int] = field(default_factory=list)  # idle samples of the long-lived second-half daemon
     fds: list[int] = field(default_factory=list)
     peak_rss_kib: int = 0
     kill_offsets_s: list[float] = field(default_factory=list)  # each SIGKILL's time minus its due time
+    restart_kills: int = 0  # SIGKILLs due while no daemon ran: sent by the next one as it resumed
+    term_latencies_s: list[float] = field(default_factory=list)  # SIGTERM receipt minus the event as served
+    late_term_latencies_s: list[float] = field(default_factory=list)  # a late arrival's: minus its open
     violations: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)  # around the first violations
     evidence: str | None = None  # where the logs were kept (only when something was violated)
-
-
-# -- what each daemon knew, from its own log ------------------------------------------------------------
-
-BELIEF_STARTS = ("event_started", "drain_started", "state_recovered", "signal_sent")
-HEARD = BELIEF_STARTS[:3]  # what shows the daemon knows of an event, the signals it sends aside
-# A restarted daemon signals nobody new for an event on file until the metadata server confirms it, or for
-# this long (watchdog/daemon/newcomers.py CONFIRM_WAIT): newcomers are owed a SIGTERM only after either.
-CONFIRM_WAIT = 10.0
-CONFIRMING = re.compile(r"^instance/(preempted: TRUE|maintenance-event: TERMINATE_ON_HOST_MAINTENANCE)$")
-
-
-def restored(instance: Instance, start: float) -> bool:
-    """This belief window of a daemon opens with what it read from the state file (not a value it heard)."""
-    first = next((x for x in sorted(instance.lines, key=lambda x: x.at) if x.at + x.resolution >= start
-                  and x.kind in BELIEF_STARTS), None)  # fmt: skip
-    return first is not None and (
-        first.kind == "state_recovered" or (first.kind == "drain_started" and first.get("event") == "resumed")
-    )
-
-
-def confirmed(instance: Instance) -> float:
-    """When a restarted daemon may signal newcomers: its first answer saying an event is on, or the end of
-    the confirmation wait."""
-    heard = [x.at for x in instance.lines if CONFIRMING.match(x.message)]
-    return min([*heard, instance.started + CONFIRM_WAIT])
-
-
-def held_back(instance: Instance | None, at: float, terms: list[float]) -> bool:
-    """A holder new to the daemon up at `at` (no SIGTERM before its start: `terms`), which restarted with
-    the event on file and had no answer confirming it by then: past its deadline, nobody new is signalled."""
-    if instance is None or not restored(instance, instance.started) or confirmed(instance) <= at:
-        return False
-    return not any(t < instance.started for t in terms)
-
-
-def beliefs(
-    instance: Instance, end: float, starts: tuple[str, ...] = BELIEF_STARTS, early: bool = False
-) -> list[tuple[float, float]]:
-    """When this daemon knew an event was on, from its own log: an event started, a drain started or
-    resumed, a signal sent; until it logged the clear, or died. Text-format times are to the second, so a
-    window opens at the end of its second (`early`: at its start, the soonest it may have known) and
-    closes at the start of it."""
-    windows: list[tuple[float, float]] = []
-    active: set[str] = set()
-    since = 0.0
-    for line in sorted(instance.lines, key=lambda x: x.at):
-        before = bool(active)
-        event = str(line.get("event") or "*")
-        if line.kind == "event_started":
-            active.add(event)
-        elif line.kind in starts and not active:
-            active.add("*")
-        elif line.kind == "event_cleared":
-            active -= {event, "*"} if event != "*" else set(active)
-        if active and not before:
-            since = line.at + (0.0 if early else line.resolution)
-        elif before and not active and line.at > since:
-            windows.append((since, line.at))
-    stop = instance.ended if instance.ended is not None else end
-    if active and stop > since:
-        windows.append((since, stop))
-    return windows

@@ -14,18 +14,28 @@ import sys
 import time
 from pathlib import Path
 
-from bench.soak_facts import Episode, Facts, HolderFacts, Instance, Result, read_holder_lines
+from bench.soak_facts import (
+    KEYS,
+    ON,
+    Episode,
+    Facts,
+    HolderFacts,
+    Instance,
+    Result,
+    Served,
+    read_holder_lines,
+)
 from bench.soak_procs import HOLDER, Notifications, Reaper, json_logs_supported
 from tests.support.workloads import UniqueDevice
 from watchdog.fake.server import FakeMetadataServer, Fault
 
-KEYS = {"preempted": "instance/preempted", "maintenance": "instance/maintenance-event"}
-ON = {"preempted": "TRUE", "maintenance": "TERMINATE_ON_HOST_MAINTENANCE"}
 UPCOMING = "instance/upcoming-maintenance"
 GRACE = {"preempted": 3.0, "maintenance": 4.0}
 SOURCES = {"preempted": "preempted", "maintenance": "maintenance-event"}  # the state file's names
 STOP_WAIT = 20.0  # s a daemon (or a holder) has to die once told
 NICE = shutil.which("nice") or "/usr/bin/nice"  # coreutils
+# The fake's request log keeps every answer of a long soak (a few a second): the checker's ground truth.
+REQUEST_LOG = 2_000_000
 
 
 class World:
@@ -41,7 +51,7 @@ class World:
         self.result.log_format = "json" if self.json_logs else "text"
         self.reaper = Reaper()
         self.notify = Notifications(work / "notify")
-        self.fake = FakeMetadataServer().start()
+        self.fake = FakeMetadataServer(log_capacity=REQUEST_LOG).start()
         self.facts = Facts(t0=time.time())
         self.by_serial: dict[int, HolderFacts] = {}
         self.daemon: Instance | None = None
@@ -84,7 +94,7 @@ class World:
         """Stop (SIGTERM) or kill -9 the daemon and wait for its death; the reaper times it."""
         daemon = self.daemon
         assert daemon is not None
-        daemon.told = told
+        daemon.told, daemon.told_at = told, time.time()
         self.say(f"{'kill -9' if told == 'kill' else 'SIGTERM'} to daemon #{daemon.index}")
         self.reaper.kill(("daemon", daemon.index), signal.SIGKILL if told == "kill" else signal.SIGTERM)
         death = self.reaper.wait(("daemon", daemon.index), STOP_WAIT)
@@ -138,7 +148,7 @@ class World:
 
     def start_event(self) -> None:
         source = self.rng.choice(["preempted", "maintenance"])
-        episode = Episode(len(self.facts.episodes) + 1, source, time.time())
+        episode = Episode(len(self.facts.episodes) + 1, source, time.time(), GRACE[source])
         self.fake.set(KEYS[source], ON[source])
         self.facts.episodes.append(episode)
         self.result.events += 1
@@ -199,17 +209,10 @@ class World:
         return fresh or same
 
     def check_state(self) -> None:
-        """The deadline on file for the current event, and every SIGTERM intent (confirmed or not)."""
+        """The deadline on file for the current event: the driver paces its episodes by it."""
         state = self.read_state()
         if state is None:
             return
-        signals = state.get("signals")
-        for record in signals if isinstance(signals, list) else []:
-            if isinstance(record, dict) and record.get("signal") == "SIGTERM":
-                key = (int(record.get("pid") or 0), int(record.get("start_time") or 0))
-                self.facts.intents[key] = (
-                    self.facts.intents.get(key, False) or record.get("sent_at") is not None
-                )
         # The last event, cleared or not: until the daemon hears the clear, its event (and deadline) is
         # still on file, and its drain may still SIGKILL by it. The next event waits for that (gap_over).
         episode = self.facts.episodes[-1] if self.facts.episodes else None
@@ -220,10 +223,13 @@ class World:
             episode.deadlines.append((time.time(), min(deadlines)))
             self.say(f"state file: event #{episode.index} deadline t+{min(deadlines) - self.facts.t0:.3f}")
 
-    def check_drained(self, episode: Episode) -> None:
-        """Before clearing an event that outlived its deadline: it is marked drained (no drain lost)."""
-        events = self.events_of(episode, self.read_state() or {})
-        episode.drained_at_clear = any(e.get("drained") for e in events)
+    def collect_served(self) -> None:
+        """What the fake answered to requests for the event keys: the checker's record of what each daemon
+        was told, and when."""
+        records = self.fake.requests()
+        self.facts.served_complete = len(records) < REQUEST_LOG
+        self.facts.served = [Served(r.time, r.answered or r.time, r.path, r.status, r.value, r.note)
+                             for r in records if r.path in KEYS.values()]  # fmt: skip
 
     def observe(self) -> None:
         self.read_holder_log()

@@ -7,6 +7,8 @@ import json
 import os
 import resource
 import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -115,6 +117,34 @@ def test_delay_fault_answers_late_but_right(fake: FakeMetadataServer, session: r
     fake.add_fault(Fault(kind="delay", seconds=0.2))
     assert get(fake, session, ME).text == "NONE"
     assert fake.requests()[-1].note == "fault:delay"
+
+
+def test_each_record_says_when_its_answer_went_out_and_what_it_served(
+    fake: FakeMetadataServer, session: requests.Session
+) -> None:
+    """A hanging GET arrives, the value changes, the answer goes out: the record has both times and the
+    value, so what a client was told and when is known from the server's side."""
+    etag = get(fake, session, ME).headers["ETag"]
+    url = f"{fake.url}/computeMetadata/v1/{ME}"
+    params = {"wait_for_change": "true", "last_etag": etag, "timeout_sec": "30"}
+    with ThreadPoolExecutor(1) as pool:
+        hanging = pool.submit(session.get, url, headers=FLAVOR, params=params, timeout=10)
+        wait_for(lambda: fake.hanging() == 1, what="the GET to hang")
+        changed = time.time()
+        fake.set(ME, "TERMINATE_ON_HOST_MAINTENANCE")
+        assert hanging.result().text == "TERMINATE_ON_HOST_MAINTENANCE"
+    record = fake.requests()[-1]
+    assert record.answered is not None
+    assert record.time < changed <= record.answered
+    assert (record.status, record.value) == (200, "TERMINATE_ON_HOST_MAINTENANCE")
+    fake.add_fault(Fault(kind="trickle", seconds=0.4))
+    get(fake, session, ME)
+    trickled = fake.requests()[-1]
+    assert trickled.answered is not None
+    assert trickled.answered >= trickled.time + 0.4  # when its last byte is due
+    fake.add_fault(Fault(kind="status", status=503))
+    get(fake, session, ME)
+    assert (fake.requests()[-1].status, fake.requests()[-1].value) == (503, "")
 
 
 def test_garbage_fault_sends_binary_bytes(fake: FakeMetadataServer, session: requests.Session) -> None:

@@ -57,7 +57,7 @@ def test_adds_from_many_threads_are_all_kept() -> None:
 
 def test_the_json_form_has_every_field_and_round_trips() -> None:
     path = "/computeMetadata/v1/instance/maintenance-event"
-    reset = RequestRecord(12.5, "GET", path, "wait_for_change=true", False, 0, "fault:reset")
+    reset = RequestRecord(12.5, "GET", path, "wait_for_change=true", False, 0, "fault:reset", 14.0)
     form = reset.to_json()
     assert form == {
         "time": 12.5,
@@ -67,6 +67,8 @@ def test_the_json_form_has_every_field_and_round_trips() -> None:
         "flavor_present": False,
         "status": 0,  # no HTTP answer was sent
         "note": "fault:reset",
+        "answered": 14.0,  # when the answer (here: the reset) went out
+        "value": "",  # nothing served
     }
     assert RequestRecord(**json.loads(json.dumps(form))) == reset
     assert record(1).note == ""  # nothing to explain for a plain answer

@@ -30,7 +30,7 @@ from watchdog.fake.answer import (
 from watchdog.fake.control import MAX_BODY, PREFIX, ControlRequest, handle_control
 from watchdog.fake.faults import GARBAGE, FaultBook
 from watchdog.fake.listen import ListenAddress
-from watchdog.fake.requestlog import RequestLog, RequestRecord
+from watchdog.fake.requestlog import VALUE_LIMIT, RequestLog, RequestRecord
 from watchdog.fake.store import MetadataStore
 
 log = logging.getLogger("watchdog.fake")
@@ -218,7 +218,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             status, note = answer.status, answer.note
         # Logged before the answer goes out: a client that has its answer finds the record there.
-        backend.log.add(RequestRecord(arrived, self.command, path, raw_query, flavor_present, status, note))
+        value = answer.body[:VALUE_LIMIT].decode(errors="replace") if answer and status == 200 else ""
+        answered = time.time() + trickle
+        record = RequestRecord(
+            arrived, self.command, path, raw_query, flavor_present, status, note, answered, value
+        )
+        backend.log.add(record)
         if answer is None:  # the connection is to be dropped without a word
             self._drop()
         elif answer.note == "abandoned":

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 DEFAULT_CAPACITY = 1000
+VALUE_LIMIT = 200  # characters of a served body kept (an oversized fault's megabyte is not)
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,10 @@ class RequestRecord:
     """One metadata request, logged just before its answer is sent (a hanging GET: when it returns).
 
     `time` is the wall-clock arrival; `status` 0 means no HTTP answer was sent (an injected reset, or the
-    client went away first); `note` says why when that is not obvious ("timeout", "fault:delay", ...)."""
+    client went away first); `note` says why when that is not obvious ("timeout", "fault:delay", ...).
+    `answered` is when the answer went out, on the same clock (for a trickle fault: when its last byte is
+    due), and `value` the body served (its first VALUE_LIMIT characters; "" without a 200): with them a
+    soak can tell what a client was told, and when, from the server's side."""
 
     time: float
     method: str
@@ -24,6 +28,8 @@ class RequestRecord:
     flavor_present: bool
     status: int
     note: str = ""
+    answered: float | None = None
+    value: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
