@@ -14,7 +14,7 @@ What a daemon run owes, on those facts:
   A run started while the event was on file (an earlier run was served it, no run since was served the
   clear) resumes the drain at once, for what earlier runs SIGTERMed; newcomers wait until it is served the
   event itself, or CONFIRM_WAIT after its start (after its READY=1, at the latest) if that is before the
-  deadline: past the deadline, nobody new.
+  deadline (past the deadline, nobody new); the resumed drain takes them on at its next scan (RESCAN).
 - SIGTERM: a process holding the device when its run is admitted gets its SIGTERM within TERM_BOUND of that;
   one opening later while the event is on (a late arrival), within RESCAN + TERM_BOUND of its open. A SIGKILL
   death in that time counts (past the deadline both go in one wave). Not owed once the run was served the
@@ -24,16 +24,18 @@ What a daemon run owes, on those facts:
   only once that run is admitted, as a newcomer).
 - SIGKILL: a process still holding at the deadline is SIGKILLed within KILL_TOLERANCE of it (a late arrival
   found after it: by when its SIGTERM was owed). When the run up at the deadline ended or was told to stop
-  by then + KILL_TOLERANCE, the next run kills what earlier runs SIGTERMed as it resumes the drain, heard or
-  not: after its start, by its READY=1 + KILL_TOLERANCE (`restart_kills`, not timed against the deadline).
+  by then + KILL_TOLERANCE, or was a restarted run still starting (no READY=1 yet), the run that goes on
+  kills what earlier runs SIGTERMed as it resumes the drain, heard or not: from the deadline to its READY=1
+  + KILL_TOLERANCE (`restart_kills`, not timed against the deadline).
   None is owed, and none is allowed, once the run up was served the clear (TERM_BOUND for one in flight).
-- Never: a SIGTERM from no run admitted for an event (before its serving, after TERM_BOUND past its being
-  served the clear), a second SIGTERM to a process in one event, a signal before its open; a SIGKILL
-  outside its window. A daemon exits only when told; a graceful stop exits 0 within the driver's wait; the
-  state dir is clean at the end.
+- Never: a SIGTERM no run could have sent (none up within IN_FLIGHT before its receipt was admitted for
+  an event, or each had been served its clear over TERM_BOUND before), a second SIGTERM to a process in one
+  event, a signal before its open; a SIGKILL outside its window. A daemon exits only when told; a graceful
+  stop exits 0 within the driver's wait; the state dir is clean at the end.
 
-TERM_BOUND is the promise the soak holds the daemon to: from the answer's last byte to the holder's handler
-running, through the daemon's parse, state write (fsync), scan and signal, on a loaded 2-core machine.
+TERM_BOUND is the promise the soak holds the daemon to, from the answer going out to the holder's handler
+running (the daemon's parse, state write, scan, signal): several times the p99 the soak's table shows
+under load, so an fsync stall on a shared disk is not a report, while a missed or late-heard event is.
 """
 
 from __future__ import annotations
@@ -348,17 +350,17 @@ class _Checker:
         if not deadlines or holder.opened is None:
             return None
         first, last = deadlines[0], deadlines[-1]
-        through = [v for v in views if v.up(first) and v.ended > first + KILL_TOLERANCE
-                   and (v.run.told_at is None or v.run.told_at > first + KILL_TOLERANCE)]  # fmt: skip
-        restart = not through
-        if through:
-            view, lo, hi = through[-1], first, last
-        else:  # no run through the deadline: the next one resumes the drain as it starts
-            nexts = [v for v in views if v.run.started > first]
-            if not nexts:
-                return None
-            view = nexts[0]
-            lo, hi = first, min(view.run.ready if view.run.ready is not None else view.ended, view.ended)
+        going = [v for v in views if v.ended > first + KILL_TOLERANCE
+                 and (v.run.told_at is None or v.run.told_at > first + KILL_TOLERANCE)]  # fmt: skip
+        if not going:
+            return None
+        view = going[0]  # the run that goes on past the deadline (the one before was killed or told to stop)
+        # It kills at the deadline if it was up with the event by then; one still starting (restored, not
+        # READY yet) kills as it resumes the drain: after its start, by READY=1.
+        restart = not view.up(first) or (view.restored and (view.run.ready is None or view.run.ready > first))
+        lo, hi = first, last
+        if restart:
+            hi = max(last, min(view.run.ready if view.run.ready is not None else view.ended, view.ended))
         if view.clear is not None and holder.opened > view.clear:
             return None  # it came after the run was served the clear
         terms = self.terms.get((holder.serial, episode.index), [])

@@ -72,3 +72,15 @@ def test_the_json_form_has_every_field_and_round_trips() -> None:
     }
     assert RequestRecord(**json.loads(json.dumps(form))) == reset
     assert record(1).note == ""  # nothing to explain for a plain answer
+
+
+def test_a_record_told_its_answer_went_out_later_says_so() -> None:
+    """A trickled body goes out long after its record was logged: the record is told when it was done."""
+    log = RequestLog(capacity=3)
+    first, second = record(1), record(2)
+    log.add(first)
+    log.add(second)
+    log.answered(first, 9.5)
+    assert [r.answered for r in log.records()] == [9.5, None]
+    log.answered(record(3), 1.0)  # not in the log (dropped from the ring, say): nothing changes
+    assert [r.answered for r in log.records()] == [9.5, None]

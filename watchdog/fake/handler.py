@@ -230,6 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             self._send(answer, flavor=flavor, trickle=trickle)
+            if trickle > 0:  # its last byte went out only now, however late the drip ran
+                backend.log.answered(record, time.time())
 
     def _metadata_answer(self, path: str, raw_query: str) -> tuple[Answer | None, bool, float]:
         """The answer (None: reset the connection), whether it carries the flavor header, and over how

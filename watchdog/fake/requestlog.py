@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 DEFAULT_CAPACITY = 1000
@@ -17,9 +17,9 @@ class RequestRecord:
 
     `time` is the wall-clock arrival; `status` 0 means no HTTP answer was sent (an injected reset, or the
     client went away first); `note` says why when that is not obvious ("timeout", "fault:delay", ...).
-    `answered` is when the answer went out, on the same clock (for a trickle fault: when its last byte is
-    due), and `value` the body served (its first VALUE_LIMIT characters; "" without a 200): with them a
-    soak can tell what a client was told, and when, from the server's side."""
+    `answered` is when the answer went out, on the same clock (a trickle fault: when its last byte did),
+    and `value` the body served (its first VALUE_LIMIT characters; "" without a 200): with them a soak can
+    tell what a client was told, and when, from the server's side."""
 
     time: float
     method: str
@@ -43,6 +43,14 @@ class RequestLog:
     def add(self, record: RequestRecord) -> None:
         with self._lock:
             self._records.append(record)
+
+    def answered(self, record: RequestRecord, at: float) -> None:
+        """The answer of `record` went out at `at` (a trickled body, done): its record says so from now on."""
+        with self._lock:
+            for i in range(len(self._records) - 1, -1, -1):
+                if self._records[i] is record:
+                    self._records[i] = replace(record, answered=at)
+                    return
 
     def records(self) -> list[RequestRecord]:
         with self._lock:
