@@ -414,6 +414,18 @@ def test_a_sigkill_a_daemon_running_through_the_deadline_did_not_send_is_late() 
     only(check(facts), "SIGKILL of pid 12", "4.03 s after its window t+13.00..t+13.00 s")
 
 
+def test_a_daemon_killed_just_after_its_deadline_may_have_killed_a_late_arrival_at_it() -> None:
+    """Holder #3 opens at t+12.5; daemon #1 SIGKILLs it with the rest at the t+13 deadline and is killed at
+    t+13.4; #2, served the event only at t+15, would have killed it later: the kill at t+13 is on time."""
+    facts = clean()
+    killed(facts, 13.4)
+    facts.instances.append(run(2, 13.5, 14.0))
+    facts.served.insert(2, served(15.0, "TRUE", arrived=14.1))
+    facts.served[-1] = served(16.02, "FALSE", arrived=15.5)
+    facts.holders.append(holder(3, 13, "report", 12.5, died=T0 + 13.02, exit_code=-9))
+    assert texts(check(facts)) == []
+
+
 def test_a_daemon_told_to_stop_just_before_its_deadline_may_still_kill_at_it() -> None:
     """Told at t+12.8, daemon #1 reached its deadline (t+13) before it handled the stop and SIGKILLed
     holder #2 then: on time."""
