@@ -369,6 +369,8 @@ class _Checker:
         owed = holder.opened < (episode.cleared or self.facts.end)  # after the clear: allowed while unheard
         # The run up at the deadline, killed or told to stop just after, may have killed then.
         dying = any(v.up(first) for v in views if v is not view)
+        if not view.restored and view.served is None:  # it knows nothing of the event (a clear went before)
+            return Window(first, first, False, False, True, deadlines) if dying else None
         if unsure or not any(t < view.run.started for t in terms):  # new to this run: once it is admitted
             if view.admits is None:  # never admitted: nobody new past the deadline
                 return Window(first, first, False, False, True, deadlines) if dying else None

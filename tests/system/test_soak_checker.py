@@ -426,6 +426,21 @@ def test_a_daemon_killed_just_after_its_deadline_may_have_killed_a_late_arrival_
     assert texts(check(facts)) == []
 
 
+def test_a_clear_served_to_one_run_before_the_deadline_leaves_the_next_owing_nothing() -> None:
+    """Daemon #1 is killed at t+11; #2 resumes the drain and is served the clear at t+11.6 (the drain is
+    cancelled), killed at t+12; #3, up from t+12.1, is served nothing (faults): holder #2, SIGTERMed by #1
+    and still holding at the t+13 deadline, is owed no SIGKILL from anyone."""
+    facts = clean()
+    killed(facts, 11)
+    second = run(2, 11.1, 11.65, ended=12.0, told="kill")
+    second.told_at = T0 + 12.0
+    facts.instances += [second, run(3, 12.1, 12.6)]
+    facts.episodes[0].cleared = T0 + 11.5
+    facts.served[-1] = served(11.6, "FALSE", arrived=11.4)
+    facts.holders[1].died, facts.holders[1].exit_code = None, None  # (#3's answers were all faults)
+    assert texts(check(facts)) == []
+
+
 def test_a_daemon_told_to_stop_just_before_its_deadline_may_still_kill_at_it() -> None:
     """Told at t+12.8, daemon #1 reached its deadline (t+13) before it handled the stop and SIGKILLed
     holder #2 then: on time."""
