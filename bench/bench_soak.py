@@ -131,13 +131,6 @@ ROWS = (
 )
 
 
-def _latency(values: list[float]) -> str:
-    found = percentiles(values)
-    if found is None:
-        return "none"
-    return f"{found[0] * 1000:.0f} / {found[1] * 1000:.0f} / {found[2] * 1000:.0f} ms (n = {len(values)})"
-
-
 def table(results: list[dict[str, Any]]) -> str:
     """A row per figure, a column per run."""
     together = sum(r["load"] for r in results)

@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 
 from bench.soak_facts import KEYS, OFF, ON, Episode, Facts, HolderFacts, Instance, Served
 from watchdog.daemon.newcomers import CONFIRM_WAIT
-from watchdog.daemon.runner import RESCAN_INTERVAL as RESCAN
+from watchdog.daemon.runner import RESCAN_INTERVAL
 
+RESCAN = RESCAN_INTERVAL  # s between the daemon's scans while an event is on (a late arrival waits one)
 TERM_BOUND = 1.0  # s from the event as served (or a late arrival's scan) to the holder's SIGTERM
 IN_FLIGHT = 0.5  # s from a signal's sending to its receipt, at most: a run this long dead may have sent it
 KILL_TOLERANCE = 1.0  # the issue's +-1 s
@@ -283,14 +284,16 @@ class _Checker:
                     self.unsure.add((holder.serial, episode.index))
                     return
                 continue  # gone before it could: the next run owes it
-            what = (
+            served = (
                 f"daemon #{view.run.index} was served the {self.describe(episode)} at {self.t(view.owes)} s"
             )
-            if after_open:
-                what = f"it opened the device at {self.t(holder.opened)} s, after {what} (a late arrival)"
+            what = (
+                f"it opened it at {self.t(holder.opened)} s (a late arrival; {served})"
+                if after_open
+                else served
+            )
             got = f"its first signal came {first - start:.2f} s after" if first is not None else "no SIGTERM"
-            self.flag(due, f"{_name(holder)} still held the device {TERM_BOUND:.1f} s after "
-                           f"{'its scan' if after_open else 'that'}: {what}; {got}")  # fmt: skip
+            self.flag(due, f"{_name(holder)} still held the device {due - start:.1f} s after {what}; {got}")
             return
 
     def killed_in(self, holder: HolderFacts, episode: Episode) -> list[float]:
