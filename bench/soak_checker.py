@@ -162,9 +162,9 @@ class _Checker:
                 if i.started < until and (i.ended is None or i.ended > episode.started)]  # fmt: skip
         views, on_file = [], False
         for run in runs:
+            # (An answer may finish after the clear, a trickle taken before it: the daemon had it then.)
             served = self.answers(run, key, ON[episode.source], episode.started)
-            if episode.cleared is not None and served is not None and served > episode.cleared:
-                served = None  # an answer logged as the value went back: not this event
+            served = served if served is not None and served < until else None
             clear = None
             if episode.cleared is not None:
                 clear = self.answers(run, key, OFF[episode.source], episode.cleared)

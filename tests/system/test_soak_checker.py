@@ -207,6 +207,16 @@ def test_a_holder_of_2_4_s_with_the_event_served_is_owed_its_sigterm() -> None:
 # -- what the checker caught before, from ground truth now ----------------------------------------------
 
 
+def test_an_answer_that_finishes_after_the_clear_still_served_the_event() -> None:
+    """A trickled answer with the event's value, taken at t+10, reaches the daemon only at t+16.5, after the
+    clear at t+16: the daemon is served the event then, and its SIGTERM at once is no stray signal."""
+    facts = clean()
+    facts.served[1] = served(16.5, "TRUE", arrived=5.0, note="fault:trickle")
+    facts.served[-1] = served(17.02, "FALSE", arrived=16.6)
+    facts.holders = [holder(1, 11, "handled", 1.2, terms=[T0 + 16.52], died=T0 + 16.53, exit_code=0)]
+    assert texts(check(facts)) == []
+
+
 def test_a_second_sigterm_in_one_event_is_reported() -> None:
     facts = clean()
     facts.holders[1].terms.append(T0 + 11.0)
