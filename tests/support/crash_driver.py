@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.crash_checks import latest_deadline
+from tests.support.crash_checks import latest_deadline, settled
 from tests.support.crash_parts import DaemonRun, Holder, StateWatch
 from tests.support.crash_scenario import KEYS, CrashPlan, Plan
 from tests.support.waiting import wait_for
@@ -123,11 +123,11 @@ class Driver:
             wait_until(lambda: self.watch.latest() and latest_deadline(self.watch.states), 30, "a deadline")
         )
 
-    def drain_finished(self) -> dict[str, Any] | None:
-        state = self.watch.latest()
-        if state and state["drain"] is None and state["last_outcome"] is not None:
-            return state
-        return None
+    def settled(self) -> bool:
+        """`crash_checks.settled`, with the state file read after the holders were seen gone: a drain that
+        killed the last of them was on file by then, so a file with no drain says it has ended too."""
+        gone = all(h.gone for h in self.holders)
+        return settled(self.watch.latest(), gone)
 
     def terms(self) -> int:
         return sum(len(h.said("term")) for h in self.holders)
@@ -148,8 +148,7 @@ class Driver:
         if crash.point == "after_deadline":
             return self.deadline() + crash.offset
         if crash.point == "after_clear":
-            wait_until(self.drain_finished, 30, "the drain to finish before the event clears")
-            wait_until(lambda: all(h.gone for h in self.holders), 20, "every holder gone before the clear")
+            wait_until(self.settled, 50, "every holder gone and every drain ended before the clear")
             set_off()
             assert self.cleared_at is not None
             return self.cleared_at + crash.offset
@@ -185,12 +184,9 @@ class Driver:
             # No drain lost: the event that started before the crashes is drained after them (with an
             # after_clear crash, the drain had finished before the clear).
             if self.cleared_at is None:
-                wait_until(
-                    self.drain_finished, self.plan.grace + 30, "the drain to finish after the restarts"
-                )
+                wait_until(self.settled, self.plan.grace + 50, "every holder gone and every drain ended")
             outcomes = [s["last_outcome"] for s in self.watch.states if s["last_outcome"]]
             self.finished = {"outcome": outcomes[-1]} if outcomes else None
-            wait_until(lambda: all(h.gone for h in self.holders), 20, "every holder gone")
             if self.cleared_at is None:
                 set_off()
             self.cleared = wait_until(

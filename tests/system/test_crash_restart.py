@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.crash_checks import settled
 from tests.support.crash_scenario import POINTS, check, is_crash_temp_file, make_plan, run_scenario
 from tests.support.daemon_harness import DaemonHarness
 from tests.support.workloads import Workloads
@@ -145,6 +146,21 @@ def test_no_sigterm_is_excused_when_no_daemon_was_up_before_the_deadline() -> No
     holder(facts).update(terms=[], died=1000.9)
     facts["runs"][1].update(launched=1000.2, started=1000.6)
     assert check(facts) == []
+
+
+def test_the_event_clears_only_once_the_drain_that_killed_the_last_holder_has_ended() -> None:
+    """Seeds 4 and 7 under load: a crash left the holder's SIGTERM unconfirmed, so the resumed drain ended at
+    once (exited, no process) and a late-arrival drain killed the holder. Clearing on "holders gone" alone
+    landed the clear in that drain, whose outcome the daemon then keeps (crash_checks._check_cleared)."""
+    event = {"id": "e", "deadline": DEADLINE, "drained": True}
+    first_over = {"events": [event], "drain": None, "last_outcome": "exited", "signals": []}
+    late_drain = {"started_at": 1001.0, "deadline_at": DEADLINE, "late": True}
+    late_on = {**first_over, "drain": late_drain, "last_outcome": None}
+    late_over = {**first_over, "last_outcome": "timed_out"}
+    assert not settled(first_over, holders_gone=False)
+    assert not settled(late_on, holders_gone=True)  # the holder is dead, its drain has not ended
+    assert settled(late_over, holders_gone=True)
+    assert not settled(None, holders_gone=True)
 
 
 # A real StateStore write, held between its temp file and its rename (the window a kill -9 can land in).
