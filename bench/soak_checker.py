@@ -12,7 +12,8 @@ What a daemon run owes, on those facts:
   died within TERM_BOUND of it, before it surely wrote the event down).
 - Admitted: from when a run may signal a process no earlier run SIGTERMed in this event: from its serving.
   A run started while the event was on file (an earlier run was served it, no run since was served the
-  clear) resumes the drain at once, for what earlier runs SIGTERMed; newcomers wait until it is served the
+  clear, or one was only as it was told to stop or died: then it may, need not) resumes the drain at once,
+  for what earlier runs SIGTERMed; newcomers wait until it is served the
   event itself, or CONFIRM_WAIT after its start (after its READY=1, at the latest) if that is before the
   deadline (past the deadline, nobody new); the resumed drain takes them on at its next scan (RESCAN).
 - SIGTERM: a process holding the device when its run is admitted gets its SIGTERM within TERM_BOUND of that;
@@ -94,6 +95,7 @@ class Knowledge:
     served: float | None  # the first answer with the event's value
     clear: float | None  # the first answer after the clear with the value back
     restored: bool = False  # started with the event on file
+    doubtful: bool = False  # maybe on file: the run before was served the clear just as it stopped or died
     admits: float | None = None  # newcomers may be signalled from (the earliest reading of the wait)
     owes: float | None = None  # newcomers must be signalled from (the latest reading)
 
@@ -160,7 +162,7 @@ class _Checker:
         key, until = KEYS[episode.source], self.next_start(episode)
         runs = [i for i in self.facts.instances
                 if i.started < until and (i.ended is None or i.ended > episode.started)]  # fmt: skip
-        views, on_file = [], False
+        views, on_file = [], "no"  # the event in the state file: "yes", "no" or "maybe"
         for run in runs:
             # (An answer may finish after the clear, a trickle taken before it: the daemon had it then.)
             served = self.answers(run, key, ON[episode.source], episode.started)
@@ -168,8 +170,12 @@ class _Checker:
             clear = None
             if episode.cleared is not None:
                 clear = self.answers(run, key, OFF[episode.source], episode.cleared)
-            views.append(Knowledge(run, served, clear, restored=on_file))
-            on_file = (on_file or served is not None) and clear is None
+            views.append(Knowledge(run, served, clear, restored=on_file != "no", doubtful=on_file == "maybe"))
+            on_file = "yes" if served is not None else on_file
+            if clear is not None and on_file != "no":
+                # A clear served as the run was told to stop (or died) may never have reached its state file.
+                gone = min(run.told_at or float("inf"), run.ended or float("inf"))
+                on_file = "maybe" if clear + TERM_BOUND > gone else "no"
         deadlines = self.deadlines(episode, views)
         for view in views:
             wait_from, wait_to = (
@@ -183,7 +189,7 @@ class _Checker:
             if view.clear is not None:  # the clear first: nobody new after it
                 admits = admits if admits is not None and admits < view.clear else None
                 owes = owes if owes is not None and owes < view.clear else None
-            view.admits, view.owes = admits, owes
+            view.admits, view.owes = admits, None if view.doubtful else owes
         return views
 
     def deadlines(self, episode: Episode, views: list[Knowledge]) -> tuple[float, ...]:
@@ -369,7 +375,8 @@ class _Checker:
             return None  # it came after the run was served the clear
         terms = self.terms.get((holder.serial, episode.index), [])
         unsure = (holder.serial, episode.index) in self.unsure
-        owed = holder.opened < (episode.cleared or self.facts.end)  # after the clear: allowed while unheard
+        # After the clear: allowed while unheard. A run that maybe has it on file may kill; it need not.
+        owed = holder.opened < (episode.cleared or self.facts.end) and not view.doubtful
         # The run up at the deadline, killed or told to stop just after, may have killed then.
         dying = any(v.up(first) for v in views if v is not view)
         if not view.restored and view.served is None:  # it knows nothing of the event (a clear went before)

@@ -451,6 +451,24 @@ def test_a_clear_served_to_one_run_before_the_deadline_leaves_the_next_owing_not
     assert texts(check(facts)) == []
 
 
+def test_a_clear_served_as_the_daemon_stops_may_not_have_reached_its_state_file() -> None:
+    """Daemon #1, told to stop at t+11.55, is served the clear at t+11.6: it may not have written it down.
+    Daemon #2, up at t+11.8 and slow to start, resumes the drain at t+14 past the deadline and SIGKILLs holder
+    #2, which #1 had SIGTERMed: allowed (heard or not, a resumed drain kills); not doing so is allowed too."""
+    facts = clean()
+    first = facts.instances[0]
+    first.told, first.told_at, first.ended = "stop", T0 + 11.55, T0 + 11.7
+    first.lines = [x for x in first.lines if x.at < T0 + 11.55]
+    facts.instances.append(run(2, 11.8, 14.5))
+    facts.episodes[0].cleared = T0 + 11.5
+    facts.served[-1] = served(11.6, "FALSE", arrived=5.0)
+    facts.served.append(served(14.4, "FALSE", arrived=14.3))
+    facts.holders[1].died = T0 + 14.0
+    assert texts(check(facts)) == []
+    facts.holders[1].died, facts.holders[1].exit_code = None, None
+    assert texts(check(facts)) == []
+
+
 def test_a_daemon_told_to_stop_just_before_its_deadline_may_still_kill_at_it() -> None:
     """Told at t+12.8, daemon #1 reached its deadline (t+13) before it handled the stop and SIGKILLed
     holder #2 then: on time."""
