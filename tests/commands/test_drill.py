@@ -42,9 +42,12 @@ def test_dry_run_says_at_once_what_would_be_signalled_and_sends_nothing(tmp_path
     done = drill(tmp_path, "default,ignore", "--grace", "3600", "--dry-run")  # an hour's grace: not waited
     assert done.returncode == 4, done.stdout + done.stderr
     assert "2 process(es) hold a TPU device; nothing was sent" in done.stdout
+    # What each would do, from its SIGTERM disposition: the default dies at once, the ignoring one waits.
     assert (
-        done.stdout.count("would get SIGTERM now, then after 3600 s: SIGKILL if it still holds a device") == 2
+        "would get SIGTERM now and die of it at once: it has no handler, so it would save nothing"
+        in done.stdout
     )
+    assert "would get SIGTERM now and ignore it: after 3600 s, SIGKILL (its progress lost)" in done.stdout
     assert "alive: True,True" in done.stdout
     assert "LOST" not in done.stdout  # a dry run learns nothing: no verdict
 

@@ -215,3 +215,12 @@ def test_a_process_s_end_is_said_in_the_history_s_words() -> None:
     assert said.endswith("; killed at +30.20 s"), said
     assert "signal 9" not in said
     assert killed.public_end().value == "killed"
+
+
+def test_a_rehearsal_s_process_is_still_running_never_after_a_sigkill() -> None:
+    hang = ProcessRecord(ProcessIdentity(3, 1), "hang", ("/dev/accel0",), 0.0)
+    hang.signals += [SentSignal(15, 0.0, SignalResult.SENT), SentSignal(9, 300.0, SignalResult.SENT)]
+    said = hang.describe(0.0, dry_run=True)
+    assert "after SIGKILL" not in said  # nothing was sent
+    assert said.endswith("still running (a real drain would have SIGKILLed it)")
+    assert hang.public_end(dry_run=True).value == "still_running"

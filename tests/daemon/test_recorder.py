@@ -45,15 +45,21 @@ def test_a_dry_run_counts_nothing_and_is_recorded_as_a_rehearsal(
     (entry,) = load_entries(str(state_dir / HISTORY_FILE))
     assert (entry["outcome"], entry["dry_run"]) == ("timed_out", True)
     (proc,) = entry["processes"]
-    assert (proc["pid"], proc["signals"], proc["end"]) == (
+    assert (proc["pid"], proc["signals"], proc["would_send"], proc["end"]) == (
         stubborn.popen.pid,
-        ["SIGTERM", "SIGKILL"],
+        [],  # nothing was sent ...
+        ["SIGTERM", "SIGKILL"],  # ... this is what a real drain would have
         "still_running",
     )
     assert stubborn.alive()
     said = [r.getMessage() for r in caplog.records if f"to pid {stubborn.popen.pid} " in r.getMessage()]
     assert said, caplog.text  # its log says what a real drain would have sent, and that nothing was
     assert all(line.startswith("[dry run] would send SIG") and line.endswith(": not sent") for line in said)
+    (started,) = [r.getMessage() for r in caplog.records if "TPU holder(s)" in r.getMessage()]
+    assert started.startswith(
+        "[dry run] draining 1 TPU holder(s) for maintenance-event: would send SIGTERM now"
+    )
+    assert "after SIGKILL" not in caplog.text  # nothing was sent, so nothing ran on after one
     # Restarted with the event still on, and dry run now off: the rehearsal's outcome is still not a state.
     with DaemonHarness(state_dir, fake, workloads, maintenance_grace=1.0) as again:
         assert again.state == "drained"

@@ -78,7 +78,9 @@ def test_a_finished_drain_names_each_process_how_it_ended_and_when() -> None:
 def test_a_rehearsal_lists_what_would_be_sent_and_that_nothing_ended() -> None:
     entry = entry_from_record(FACTS, record(dry_run=True))
     b = by_pid(entry)[102]
-    assert b["signals"] == ["SIGTERM", "SIGKILL"]  # would have been sent
+    assert b["signals"] == []  # nothing was sent: a script reading only `signals` is not misled
+    assert b["would_send"] == ["SIGTERM", "SIGKILL"]  # what would have been, apart
+    assert set(b["would_send_after"]) == {"SIGTERM", "SIGKILL"}
     assert b["end"] == "still_running"  # nothing was: it runs on
     assert b["ended_after"] is None
 

@@ -35,7 +35,7 @@ from watchdog.core.devices import notes_text
 from watchdog.core.drain_record import Death, DrainRecord, End, Loss, ProcessRecord, SignalResult
 from watchdog.core.lifecycle import drain_id_at
 from watchdog.core.process import Holder
-from watchdog.core.vocabulary import DRILL_EVENT_KEY, DRILL_EVENT_VALUE, Outcome
+from watchdog.core.vocabulary import DRILL_EVENT_KEY, DRILL_EVENT_VALUE, Outcome, SigtermDisposition
 from watchdog.exitcodes import (
     EXIT_DRILL_DECLINED,
     EXIT_DRILL_DRY_RUN,
@@ -79,12 +79,7 @@ def would_signal(holders: Sequence[Holder], on_timeout: str, grace: float) -> li
         for h in holders:
             result = signaller.send(h.identity, signal.SIGTERM)
             if result is SignalResult.SENT:
-                then = (
-                    "SIGKILL if it still holds a device"
-                    if on_timeout == "kill"
-                    else "reported if it still holds"
-                )
-                what = f"would get SIGTERM now, then after {grace:.0f} s: {then}"
+                what = _would_happen(h, on_timeout, grace)
             elif result is SignalResult.DENIED:
                 what = "could NOT be signalled: permission denied (run the drill as root)"
             else:
@@ -93,6 +88,18 @@ def would_signal(holders: Sequence[Holder], on_timeout: str, grace: float) -> li
         return lines
     finally:
         handles.close()
+
+
+def _would_happen(holder: Holder, on_timeout: str, grace: float) -> str:
+    """What a real drain would do to `holder`, from its SIGTERM disposition (seen now, no signal sent)."""
+    kill = "SIGKILL" if on_timeout == "kill" else "left running, reported"
+    if holder.sigterm is SigtermDisposition.DEFAULT:
+        return "would get SIGTERM now and die of it at once: it has no handler, so it would save nothing"
+    if holder.sigterm is SigtermDisposition.IGNORED:
+        return f"would get SIGTERM now and ignore it: after {grace:.0f} s, {kill} (its progress lost)"
+    then = "SIGKILL if it still holds a device" if on_timeout == "kill" else "reported if it still holds"
+    handler = " (it has a handler)" if holder.sigterm is SigtermDisposition.CAUGHT else ""
+    return f"would get SIGTERM now{handler}, then after {grace:.0f} s: {then}"
 
 
 def confirmed(count: int, grace: float, on_timeout: str) -> bool:

@@ -133,10 +133,12 @@ def process_summary(p: ProcessRecord, dry_run: bool = False) -> dict[str, object
     words and types (`end` a `ProcessEnd`, `exit_status` the exit code, `exit_signal` the killing signal).
     """
     status = p.exit_status
+    sent = [signal.Signals(s.signum).name for s in p.signals if s.result is SignalResult.SENT]
     return {
         "pid": p.identity.pid,
         "name": p.name,
-        "signals": [signal.Signals(s.signum).name for s in p.signals if s.result is SignalResult.SENT],
+        "signals": [] if dry_run else sent,  # a rehearsal sends nothing: what it would have, apart
+        "would_send": sent if dry_run else [],
         "end": p.public_end(dry_run).value,
         "exit_status": status.code if status else None,
         "exit_signal": status.signal_name if status else None,

@@ -5,7 +5,8 @@ A drain is known from three places, and each builder takes what it has: its star
 and the deadline, nothing done yet), its record when it ends (`entry_from_record`, with the signals the state
 file kept from before a restart), or only the state file (`entry_from_saved`: the daemon died and the drain
 cannot be finished, e.g. the host rebooted). Times are RFC 3339 UTC; per process, offsets in seconds from the
-drain's start. `end` is one of `ENDS`; `exit_status`/`exit_signal` are null where they cannot be known (a
+drain's start; a rehearsal's signals are `would_send` (`signals` stays empty: nothing was sent). `end`
+is one of `ENDS`; `exit_status`/`exit_signal` are null where they cannot be known (a
 process that is not the daemon's child leaves no exit status to read); `sigterm` is the disposition seen
 before the signal, from which such a process's death of SIGTERM's default action is inferred (`detail`).
 An entry written before a field existed lacks it: readers take a missing field as null.
@@ -94,6 +95,8 @@ def entry_from_record(
     `alive` tells which of those still run (they released the device) and which exited."""
     wall_of = {(s.identity, s.signal): s.sent_at or s.intent_at for s in on_file}
     processes = [_from_record(facts, record, p, wall_of) for p in record.processes.values()]
+    if record.dry_run:  # nothing was sent: what would have been is apart, so `signals` never misleads
+        processes = [_would_send(p) for p in processes]
     seen = set(record.processes)
     for identity, records in _by_process([s for s in on_file if s.intent_at >= facts.started]).items():
         if identity in seen:
@@ -205,6 +208,8 @@ def _process(
         "devices": devices,
         "signals": list(sent),
         "sent_after": sent,
+        "would_send": [],  # a rehearsal's (dry run's) signals, never sent: `_would_send`
+        "would_send_after": {},
         "not_sent": dict(not_sent),
         "end": end,
         "ended_after": ended_after,
@@ -215,6 +220,12 @@ def _process(
         "workload": None if workload is None else workload.to_dict(),  # core/workload.py; null: not known
         "detail": detail,
     }
+
+
+def _would_send(proc: dict[str, object]) -> dict[str, object]:
+    """A rehearsal's process: its signals as `would_send` (and `would_send_after`), `signals` empty."""
+    return {**proc, "signals": [], "sent_after": {}, "would_send": proc["signals"],
+            "would_send_after": proc["sent_after"]}  # fmt: skip
 
 
 def _by_process(records: Sequence[SignalRecord]) -> dict[ProcessIdentity, list[SignalRecord]]:

@@ -37,8 +37,10 @@ def _processes(entry: Entry) -> list[Mapping[str, object]]:
     return [p for p in processes if isinstance(p, Mapping)] if isinstance(processes, list) else []
 
 
-def _signals(proc: Mapping[str, object]) -> list[str]:
-    signals = proc.get("signals")
+def _signals(proc: Mapping[str, object], dry_run: bool = False) -> list[str]:
+    """The signals sent; in a rehearsal, those that would have been (`would_send`; `signals` in an entry
+    written before that field existed)."""
+    signals = proc.get("would_send") or proc.get("signals") if dry_run else proc.get("signals")
     return [str(s) for s in signals] if isinstance(signals, list) else []
 
 
@@ -49,8 +51,8 @@ def totals(entry: Entry) -> str:
     if not procs:
         return "no process held a TPU device"
     if entry.get("dry_run"):
-        term = sum("SIGTERM" in _signals(p) for p in procs)
-        kill = sum("SIGKILL" in _signals(p) for p in procs)
+        term = sum("SIGTERM" in _signals(p, dry_run=True) for p in procs)
+        kill = sum("SIGKILL" in _signals(p, dry_run=True) for p in procs)
         would = f"SIGTERM to {term}" + (f", SIGKILL to {kill} at the deadline" if kill else "")
         return f"{head}: would send {would} (dry run: nothing was sent)"
     counts: dict[str, int] = {}
@@ -74,10 +76,11 @@ def totals(entry: Entry) -> str:
 
 def process_line(proc: Mapping[str, object], *, dry_run: bool = False, live: bool = False) -> str:
     """`    4242 python3          alice    SIGTERM +0.0 s           exited 0 after 1.3 s`."""
-    sent = proc.get("sent_after")
+    sent = (proc.get("would_send_after") or proc.get("sent_after")) if dry_run else proc.get("sent_after")
     offsets = sent if isinstance(sent, Mapping) else {}
     verb = "would send " if dry_run else ""
-    signals = ", ".join(f"{name} +{_secs(offsets.get(name))}" for name in _signals(proc)) or "not signalled"
+    names = _signals(proc, dry_run)
+    signals = ", ".join(f"{name} +{_secs(offsets.get(name))}" for name in names) or "not signalled"
     not_sent = proc.get("not_sent")
     if isinstance(not_sent, Mapping) and not_sent:
         signals += "; not sent: " + ", ".join(f"{k} ({v})" for k, v in not_sent.items())
