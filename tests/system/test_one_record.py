@@ -21,6 +21,7 @@ from watchdog.surface.logs import KIND
 
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 DURATION = "tpu_watchdog_drain_duration_seconds_sum"
+HOLDERS = "tpu_watchdog_device_holders"
 
 
 def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
@@ -43,6 +44,7 @@ def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
             again.wait_state("timed_out")
             record = again.daemon.view.last_record
             duration = again.metric(DURATION)
+            shown = again.daemon.view.status()["last_drain"]
         finished = wait_for(
             lambda: [b for b in receiver.delivered() if b["type"] == "drain_finished"], what="the notice"
         )
@@ -56,7 +58,15 @@ def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
     assert abs(duration - float(entry["duration"])) < 0.01  # type: ignore[arg-type]
     assert len(record.processes) == len(entry["processes"]) == 2  # type: ignore[arg-type]
     assert resumed["drain_id"] == drain_id
+    # Each process's end, and its exit status, the same word and type in /status, the history, the webhook.
+    ends = {p["pid"]: (p["end"], p["exit_status"], p["exit_signal"]) for p in entry["processes"]}  # type: ignore[union-attr]
+    assert {pid: end for pid, (end, _, _) in ends.items()} == {
+        leaves.popen.pid: "exited",
+        stays.popen.pid: "killed",
+    }
+    assert {p["pid"]: (p["end"], p["exit_status"], p["exit_signal"]) for p in shown["processes"]} == ends
     (notice,) = finished
+    assert {p["pid"]: (p["end"], p["exit_status"], p["exit_signal"]) for p in notice["processes"]} == ends
     assert notice["drain_id"] == drain_id
     assert abs(parse_utc_text(str(notice["started"])) - started) < 0.01
     assert len(notice["processes"]) == 2  # type: ignore[arg-type]
@@ -66,3 +76,25 @@ def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
     assert said
     assert "SIGTERM now" not in said[-1]  # nothing is sent: both were signalled before
     assert f"resumed drain {drain_id}" in said[-1]
+
+
+def test_the_holder_gauge_and_status_follow_the_drain_s_scans(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    """During a drain `tpu_watchdog_device_holders` and /status `holders` are who holds a device now (the
+    drain's rescans), not the last idle scan: an exit lowers them, a late arrival raises them."""
+    leaves = workloads.start("handled")
+    stays = workloads.start("report")
+    with DaemonHarness(tmp_path / "state", fake, workloads, maintenance_grace=60.0) as harness:
+        harness.wait_metric(HOLDERS, 2)
+        fake.set(MAINTENANCE, TERMINATE)
+        stays.expect("term")
+        assert leaves.popen.wait(timeout=10) == 0
+        wait_for(lambda: harness.metric(HOLDERS) == 1, what="the gauge after the exit")
+        assert [h["pid"] for h in harness.daemon.view.status()["holders"]] == [stays.popen.pid]
+        late = workloads.start("report")
+        late.expect("term")  # the drain's rescan found it and signalled it
+        wait_for(lambda: harness.metric(HOLDERS) == 2, what="the gauge with the late arrival")
+        assert harness.state == "draining"
+        pids = {h["pid"] for h in harness.daemon.view.status()["holders"]}
+        assert pids == {stays.popen.pid, late.popen.pid}

@@ -119,6 +119,9 @@ class DrainListener:
     def updated(self, record: DrainRecord) -> None:
         """A copy of the record when it changed (at most every PUBLISH_INTERVAL, and at the end)."""
 
+    def scanned(self, holders: Sequence[Holder]) -> None:
+        """A rescan's holders (every second of the drain): who holds a device now, for the holder gauges."""
+
     def deadline(self) -> float | None:
         """The deadline now (monotonic), read on every turn: it may move earlier, never later."""
         return None
@@ -240,6 +243,8 @@ class _Loop:
         except Exception as e:  # noqa: BLE001 - a failed scan must not end the drain; it is noted instead
             holders = None
             self.note(f"scan failed: {type(e).__name__}: {e}")
+        if holders is not None:
+            self.hook(self.listener.scanned, holders)
         seen = {h.identity for h in holders or ()}
         running = {i for i in self.core.pending() if i not in seen and self.exits.running(i)}
         admit = self.admits_newcomers()

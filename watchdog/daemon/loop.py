@@ -123,6 +123,7 @@ class Daemon:
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
             done=lambda record: self.inbox.put(DrainDone(record)), published=self.view.drain_update,
             persistence_changed=self.reporter.persistence, outputs=self.outputs,
+            scanned=self.reporter.drain_scanned,
         )  # fmt: skip
         self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then

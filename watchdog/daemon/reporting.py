@@ -112,6 +112,13 @@ class Reporter:
             end = notice.window_end.timestamp() if notice and notice.window_end else None
             self.metrics.set_window(start, end)
 
+    def drain_scanned(self, holders: Sequence[Holder]) -> None:
+        """A drain's scan (any thread): who holds a device now, in /status `holders` and the holder gauges,
+        so they follow the drain (exits, late arrivals) rather than the last idle scan."""
+        self.view.holders = list(holders)
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.set_holders(holders)
+
     def holders_scanned(self, holders: Sequence[Holder]) -> None:
         """An idle scan: /status, the holder gauges, and a warning, once per process, for a holder whose
         SIGTERM has been at its default or ignored at two scans in a row (a JAX job shows default until it

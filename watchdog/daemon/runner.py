@@ -80,11 +80,12 @@ class DrainRunner(DrainListener):
         published: Callable[[DrainRecord], None],
         persistence_changed: Callable[[], None],
         outputs: Outputs,
+        scanned: Callable[[Sequence[Holder]], None] = lambda _: None,
     ) -> None:
         self.config, self.scanner, self.store, self.metrics = config, scanner, store, metrics
         self.outputs = outputs
         self.clock, self.stop = clock, stop
-        self._done, self._published = done, published
+        self._done, self._published, self._scanned = done, published, scanned
         self.writer = StateWriter(store, persistence_changed)  # the waves' writes, off the signal path
         self.cancel = threading.Event()
         self.persisted = threading.Event()  # set once the current drain's own state is on disk
@@ -212,12 +213,15 @@ class DrainRunner(DrainListener):
         """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""
         for attempt in range(FIRST_SCAN_TRIES):
             try:
-                return tuple(self.scanner.scan().holders)
+                holders = tuple(self.scanner.scan().holders)
             except Exception:  # logged; tried again, then the drain attempt fails
                 with self.outputs.guarded(Output.LOG):
                     log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
                 if attempt + 1 == FIRST_SCAN_TRIES or self.stop.wait(0.2):
                     raise
+                continue
+            self._scanned(holders)  # its owner guards what it tells (`Reporter.drain_scanned`)
+            return holders
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the drain's listener (called in the drain thread) ------------------------------------------------
@@ -273,6 +277,9 @@ class DrainRunner(DrainListener):
         if record.outcome is not None:
             self._flush()  # the drain's end is shown, and taken by the loop, once its writes are done
         self._published(record)
+
+    def scanned(self, holders: Sequence[Holder]) -> None:
+        self._scanned(holders)
 
     def deadline(self) -> float | None:
         return self.deadline_mono
