@@ -8,11 +8,15 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from tests.support.failing_logs import every_line_raising
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.process import Holder
+from watchdog.core.vocabulary import Output
 from watchdog.daemon.index import HolderIndex
+from watchdog.daemon.outputs import Outputs
 from watchdog.host.holders import ScanResult
+from watchdog.surface.metrics import Metrics
 
 
 class CountingScanner(OwnScanner):
@@ -38,12 +42,19 @@ def stop() -> Iterator[threading.Event]:
     event.set()
 
 
+@pytest.fixture
+def outputs() -> Outputs:
+    return Outputs(Metrics())
+
+
 def test_the_index_is_filled_at_start_and_refreshed_on_request(
-    workloads: Workloads, stop: threading.Event
+    workloads: Workloads, stop: threading.Event, outputs: Outputs
 ) -> None:
     first = workloads.start("report")
     published: queue.Queue[Sequence[Holder]] = queue.Queue()
-    index = HolderIndex(OwnScanner(workloads), published.put, lambda: False, stop, interval=3600)
+    index = HolderIndex(
+        OwnScanner(workloads), published.put, lambda: False, stop, interval=3600, outputs=outputs
+    )
     index.start()
     assert [h.identity for h in published.get(timeout=10)] == [first.identity]
     wait_for(lambda: first.identity.pid in index.seen, what="the PIDs of the scan")  # set after publishing
@@ -52,13 +63,15 @@ def test_the_index_is_filled_at_start_and_refreshed_on_request(
     assert {h.identity for h in published.get(timeout=10)} == {first.identity, second.identity}
 
 
-def test_nothing_is_scanned_or_published_while_paused(workloads: Workloads, stop: threading.Event) -> None:
+def test_nothing_is_scanned_or_published_while_paused(
+    workloads: Workloads, stop: threading.Event, outputs: Outputs
+) -> None:
     workloads.start("report")
     scanner = CountingScanner(workloads)
     published: queue.Queue[Sequence[Holder]] = queue.Queue()
     paused = threading.Event()
     paused.set()
-    index = HolderIndex(scanner, published.put, paused.is_set, stop, interval=0.05)
+    index = HolderIndex(scanner, published.put, paused.is_set, stop, interval=0.05, outputs=outputs)
     index.start()
     with pytest.raises(queue.Empty):
         published.get(timeout=0.5)  # a negative check: ten refresh intervals, nothing published
@@ -68,13 +81,13 @@ def test_nothing_is_scanned_or_published_while_paused(workloads: Workloads, stop
 
 
 def test_a_failed_refresh_is_logged_and_the_next_one_publishes(
-    workloads: Workloads, stop: threading.Event, caplog: pytest.LogCaptureFixture
+    workloads: Workloads, stop: threading.Event, outputs: Outputs, caplog: pytest.LogCaptureFixture
 ) -> None:
     workloads.start("report")
     scanner = CountingScanner(workloads)
     scanner.fail = True
     published: queue.Queue[Sequence[Holder]] = queue.Queue()
-    index = HolderIndex(scanner, published.put, lambda: False, stop, interval=3600)
+    index = HolderIndex(scanner, published.put, lambda: False, stop, interval=3600, outputs=outputs)
     index.start()
     wait_for(lambda: scanner.scans >= 1, what="the first refresh")
     scanner.fail = False
@@ -82,3 +95,26 @@ def test_a_failed_refresh_is_logged_and_the_next_one_publishes(
     assert len(published.get(timeout=10)) == 1
     assert scanner.scans == 2  # the failed one published nothing
     assert "refreshing the holder index failed" in caplog.text
+
+
+def test_a_failed_refresh_whose_line_raises_is_counted_and_the_refreshes_go_on(
+    workloads: Workloads, stop: threading.Event, outputs: Outputs
+) -> None:
+    """The line of a failed refresh, raising (a broken journal), once ended the index thread: every drain
+    after it started from a stale index."""
+    workloads.start("report")
+    scanner = CountingScanner(workloads)
+    scanner.fail = True
+    published: queue.Queue[Sequence[Holder]] = queue.Queue()
+    index = HolderIndex(scanner, published.put, lambda: False, stop, interval=3600, outputs=outputs)
+    with every_line_raising("tpu-watchdog") as lines:
+        index.start()
+        wait_for(lambda: lines.refused("refreshing the holder index failed"), what="the refused line")
+        scanner.fail = False
+        index.refresh_soon()
+        assert len(published.get(timeout=10)) == 1
+    errors = outputs.metrics.registry.get_sample_value(
+        "tpu_watchdog_output_errors_total", {"output": Output.LOG.value}
+    )
+    assert errors is not None
+    assert errors >= 1

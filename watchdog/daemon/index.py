@@ -15,7 +15,9 @@ import threading
 from collections.abc import Callable, Sequence
 
 from watchdog.core.process import Holder
+from watchdog.core.vocabulary import Output
 from watchdog.daemon.drain import Scanner
+from watchdog.daemon.outputs import Outputs
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -33,8 +35,11 @@ class HolderIndex:
         paused: Callable[[], bool],
         stop: threading.Event,
         interval: float = HOLDER_REFRESH,
+        *,
+        outputs: Outputs,
     ) -> None:
         self._scanner, self._publish, self._paused, self._stop = scanner, publish, paused, stop
+        self._outputs = outputs  # a failed line or publish is counted there; the refreshes go on
         self._interval = interval
         self.seen: frozenset[int] = frozenset()  # the PIDs of the last published scan (`newcomers` skips)
         self._wake = threading.Event()
@@ -64,8 +69,10 @@ class HolderIndex:
             try:
                 result = self._scanner.scan()
             except Exception:  # the next refresh tries again; a drain then starts from a full scan
-                log.exception("refreshing the holder index failed")
+                with self._outputs.guarded(Output.LOG):
+                    log.exception("refreshing the holder index failed")
                 continue
             if not self._paused():
-                self._publish(tuple(result.holders))  # before `seen`: a new holder is then never missed
+                with self._outputs.guarded(Output.STATUS):
+                    self._publish(tuple(result.holders))  # before `seen`: a new holder is then never missed
                 self.seen = frozenset(getattr(result, "pids", ()))  # a test's scanner may not say

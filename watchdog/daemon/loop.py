@@ -127,7 +127,7 @@ class Daemon:
         )  # fmt: skip
         self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
-        self.index = HolderIndex(scanner, self.reporter.holders_scanned, busy, stop)
+        self.index = HolderIndex(scanner, self.reporter.holders_scanned, busy, stop, outputs=self.outputs)
         self.runner.known_pids = lambda: self.index.seen  # its new PIDs go in the first wave
         self._answered: set[str] = set()
         self._ready_sent = False
