@@ -12,14 +12,18 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon_harness import DaemonHarness
+from tests.support.failing_logs import every_line_raising
 from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
 from watchdog.core.identity import ACCELERATOR_TYPE, TPU_ENV, WORKER_ID, HostIdentity
+from watchdog.core.vocabulary import Output
 from watchdog.daemon.identity import learn_identity
+from watchdog.daemon.outputs import Outputs
 from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.metadata.identity import Fetched, fetch_identity
 from watchdog.metadata.transport import MetadataTransport
+from watchdog.surface.metrics import Metrics
 
 MULTISLICE = TpuIdentity("v5litepod-16", "train-b", worker=2, hosts=4, slice_id=1, num_slices=2,
                          coordinator="10.130.0.2:8476")  # fmt: skip
@@ -29,7 +33,7 @@ def learn(fake: FakeMetadataServer, stop: threading.Event | None = None) -> list
     published: list[HostIdentity] = []
     with MetadataTransport(fake.address) as transport:
         learn_identity(lambda paths: fetch_identity(transport, paths), published.append,
-                       stop or threading.Event(), first_retry=0.05)  # fmt: skip
+                       stop or threading.Event(), first_retry=0.05, outputs=Outputs(Metrics()))  # fmt: skip
     return published
 
 
@@ -77,6 +81,7 @@ def test_an_unreachable_server_stops_with_the_daemon() -> None:
         thread = threading.Thread(
             target=learn_identity,
             args=(lambda paths: fetch_identity(transport, paths), published.append, stop, 0.05),
+            kwargs={"outputs": Outputs(Metrics())},
         )
         thread.start()
         wait_for(lambda: bool(published), what="the empty identity published")  # known: nothing yet
@@ -110,7 +115,7 @@ def test_a_fetch_that_raises_is_logged_once_and_asked_again(caplog: pytest.LogCa
         return Fetched(values=dict.fromkeys(paths))  # every key answered 404
 
     published: list[HostIdentity] = []
-    learn_identity(fetch, published.append, threading.Event(), first_retry=0.01)
+    learn_identity(fetch, published.append, threading.Event(), first_retry=0.01, outputs=Outputs(Metrics()))
     assert len(calls) == 3
     assert published == [HostIdentity()]
     assert len([r for r in caplog.records if "internal error" in r.getMessage()]) == 1
@@ -124,7 +129,28 @@ def test_a_metadata_server_that_is_down_is_one_line_for_every_key(caplog: pytest
     caplog.set_level(logging.INFO, "tpu-watchdog")
     with MetadataTransport(f"127.0.0.1:{port}") as transport:
         # One round: the first publication (nothing known) stops it.
-        learn_identity(lambda paths: fetch_identity(transport, paths), lambda _: stop.set(), stop, 0.05)
+        learn_identity(lambda paths: fetch_identity(transport, paths), lambda _: stop.set(), stop, 0.05,
+                       outputs=Outputs(Metrics()))  # fmt: skip
     (said,) = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
     assert "instance/id, instance/name, instance/zone" in said
     assert "(connection_refused)" in said
+
+
+def test_lines_that_raise_end_neither_the_asking_nor_the_thread(fake: FakeMetadataServer) -> None:
+    """The first failure's line, raising (a broken journal), once ended the asking: the labels that came
+    after it were never published."""
+    fake.set_identity(MULTISLICE)
+    fake.add_fault(Fault(kind="status", status=503, path=ACCELERATOR_TYPE))
+    outputs = Outputs(Metrics())
+    published: list[HostIdentity] = []
+    with every_line_raising("tpu-watchdog") as lines, MetadataTransport(fake.address) as transport:
+        learn_identity(lambda paths: fetch_identity(transport, paths), published.append, threading.Event(),
+                       first_retry=0.05, outputs=outputs)  # fmt: skip
+    assert lines.refused("unavailable")
+    assert published[-1].accelerator_type == "v5litepod-16"
+    errors = outputs.metrics.registry.get_sample_value(
+        "tpu_watchdog_output_errors_total", {"output": Output.LOG.value}
+    )
+    assert (
+        errors == len([m for m in lines.refused() if m.startswith("host identity")]) == 2
+    )  # the unavailable line, the last one

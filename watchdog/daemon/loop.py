@@ -155,7 +155,7 @@ class Daemon:
         if self._identity is not None:
             threading.Thread(
                 target=learn_identity, args=(self._identity, self._identity_learned, self.stop),
-                name="host-identity", daemon=True,
+                kwargs={"outputs": self.outputs}, name="host-identity", daemon=True,
             ).start()  # fmt: skip
         self.announce.daemon_started(self.lifecycle.state.value, self.devices.patterns)
         self._guarded(self.devices.check, self.clock.monotonic())  # at start: what is watched, or nothing
