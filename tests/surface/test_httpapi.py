@@ -408,6 +408,32 @@ def test_a_taken_port_is_retried_until_free_then_served() -> None:
     assert len(attempts) == tried  # closed: no attempt after
 
 
+def test_a_teller_that_raises_on_every_attempt_ends_neither_the_retries_nor_the_bind() -> None:
+    """The daemon's teller logs and counts each attempt: one that raised once ended the http-bind thread,
+    and a port freed later was never listened on."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    attempts: list[str | None] = []
+
+    def raising(address: str, error: str | None) -> None:
+        attempts.append(error)
+        raise RuntimeError("the journal is gone")
+
+    listener = RetryingListener(f"127.0.0.1:{port}", StubSurface(), raising, retry=0.05)
+    try:
+        listener.start()
+        wait_for(lambda: len(attempts) >= 2, what="an attempt after the one that raised")
+        taken.close()
+        wait_for(lambda: attempts[-1] is None, what="the bind once the port is free")
+        answer = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert answer.status_code == 200
+    finally:
+        listener.close()
+        taken.close()
+
+
 def test_a_listener_closed_while_retrying_stops_trying() -> None:
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

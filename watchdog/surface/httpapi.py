@@ -13,6 +13,7 @@ bodies are fixed per status.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -292,7 +293,8 @@ class RetryingListener:
     """The HTTP surface protection never waits for: a listen address that is taken (another process on
     the port) or not this host's is no reason to leave the TPU jobs unprotected. `start()` binds if it
     can; if not, a thread tries again every `retry` s until it binds or `close()`. Each attempt is told to
-    `attempted(address, error)` (error None: it listens on `address` now), from the thread that made it."""
+    `attempted(address, error)` (error None: it listens on `address` now), from the thread that made it;
+    whatever that teller raises is dropped there (the daemon's counts its own failures), never the retries."""
 
     def __init__(
         self,
@@ -331,7 +333,7 @@ class RetryingListener:
         try:
             http = HttpSurface(self.listen, self.surface, status_allow=self.status_allow)
         except (OSError, ValueError) as error:  # taken, not this host's, a name that does not resolve
-            self.attempted(self.listen, _why_not(error))
+            self._tell(self.listen, _why_not(error))
             return False
         with self._lock:
             if self._closed.is_set():
@@ -339,8 +341,12 @@ class RetryingListener:
                 return True
             self.http = http
             http.start()
-        self.attempted(http.address, None)
+        self._tell(http.address, None)
         return True
+
+    def _tell(self, address: str, error: str | None) -> None:
+        with contextlib.suppress(Exception):  # a failing teller must not end the binding (nor the thread)
+            self.attempted(address, error)
 
 
 def _why_not(error: OSError | ValueError) -> str:
