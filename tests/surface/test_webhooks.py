@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from tests.support.failing_logs import every_line_raising
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import SECRET_PATH, WebhookReceiver
 from watchdog.surface.webhooks import FailureReason, WebhookSender
@@ -135,3 +136,21 @@ def test_what_is_still_queued_when_the_daemon_stops_is_counted_not_lost_silently
         assert hooks.close(0.1) is False
         receiver.release()
     assert counts.failed == [FailureReason.STOPPED] * 2  # the one in flight was sent; two never were
+
+
+def test_a_counter_and_a_log_that_raise_end_nothing_the_next_notice_arrives() -> None:
+    """A failure's counter raising, then the line of that failure raising too, once ended the webhook's
+    thread: every later notice was queued for nobody."""
+
+    def raising(reason: FailureReason) -> None:
+        raise RuntimeError("the metric is broken")
+
+    delivered = Counts()
+    with WebhookReceiver(statuses=[400]) as receiver, every_line_raising("tpu-watchdog") as lines:
+        hooks = WebhookSender([receiver.url], on_sent=delivered.on_sent, on_failed=raising, backoff=0.01)
+        hooks.submit({"type": "event_started", "text": "rejected"})
+        wait_for(lambda: lines.refused("unexpected failure"), what="the failure's line, refused")
+        hooks.submit({"type": "drain_finished", "text": "after it"})
+        wait_for(lambda: delivered.sent, what="the next notice delivered")
+        hooks.close(1.0)
+    assert receiver.delivered()[-1] == {"type": "drain_finished", "text": "after it"}

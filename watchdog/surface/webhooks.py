@@ -17,6 +17,7 @@ redacted URL only, and errors are said in words (requests' exception texts quote
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import json
 import logging
@@ -177,7 +178,8 @@ class WebhookSender:
                 try:
                     self._deliver(session, target, notice)
                 except Exception:  # a webhook must never take the daemon down: logged whole, never raised
-                    log.exception("%s: unexpected failure; the notice is lost", target.name)
+                    with contextlib.suppress(Exception):  # the log may be what failed: the thread goes on
+                        log.exception("%s: unexpected failure; the notice is lost", target.name)
                 finally:
                     with target.wake:
                         target.busy = False
