@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.failing_logs import every_line_raising
 from tests.support.waiting import wait_for
 from watchdog.config.settings import default_config
 from watchdog.surface import hooks as hooks_module
@@ -198,3 +199,16 @@ def test_a_deadline_past_year_9999_is_told_to_the_hook_not_raised() -> None:
     )
     assert env["TPU_WATCHDOG_DEADLINE"] == "9999-12-31T23:59:59Z"
     assert env["TPU_WATCHDOG_DEADLINE_EPOCH"] == "1000000000000.000"
+
+
+def test_a_hook_whose_result_line_raises_still_finishes(runners: list[HookRunner]) -> None:
+    """The line of a hook's result, raising (a broken journal), once left the run unfinished: whoever
+    waited on it (the end of a drain, shutdown) waited its whole timeout."""
+    runner = runner_for(runners, python("print('done')"))
+    with every_line_raising(hooks_module.__name__) as lines:
+        run = runner.run_hook("on_event_start", CONTEXT)
+        assert run is not None
+        wait_for(lambda: run.done, what="the hook's run finished")
+    assert run.result is not None
+    assert run.result.status == "ok", run.result
+    assert lines.refused("succeeded")

@@ -218,7 +218,8 @@ class HookRunner:
                 run.hook, run.argv, "not_run", None, time.monotonic() - started, "", 0, repr(error)
             )
         run.result = result
-        _log_result(result)
+        with contextlib.suppress(Exception):  # a result line that raises must not leave the run unfinished
+            _log_result(result)
         run._finished.set()
 
     def _run(self, run: HookRun, env: dict[str, str], started: float) -> HookResult:
