@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.gpu import StandInGpuHost
 from tests.support.kubepods import KubepodsCgroup
 from tests.support.proctree import ProcTree
 
@@ -313,3 +314,24 @@ def test_a_kernel_device_the_pattern_matched_is_said_refused(tmp_path: Path) -> 
     )
     assert said in done.stderr
     assert f"no TPU device file matches {tmp_path}/*" in done.stderr
+
+
+def test_on_a_gpu_host_the_gpu_patterns_and_the_agents(tmp_path: Path) -> None:
+    """Without --device, a GPU host (named: this machine may have a VFIO node that `auto` would count) is
+    listed as the daemon would see it: the job holding a GPU, the agent named and left alone, a process
+    holding only nvidiactl nowhere."""
+    with StandInGpuHost(tmp_path / "gpu") as gpu_host:
+        job = gpu_host.hold("torchrun", "nvidia0", "nvidiactl")
+        agent = gpu_host.hold("nvidia-persistenced", "nvidia0", "nvidia1")
+        probe = gpu_host.hold("cuda-probe", "nvidiactl")
+        config = tmp_path / "config.toml"
+        config.write_text(f'[devices]\nprofile = "nvidia-gpu"\nnvidia_patterns = ["{gpu_host.pattern}"]\n')
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog", "holders", "--json", "--config", str(config)],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        pids = {entry["pid"] for entry in json.loads(done.stdout or "[]")}
+        assert job.pid in pids, done.stderr
+        assert agent.pid not in pids
+        assert probe.pid not in pids
+        assert f"pid {agent.pid} (nvidia-persiste) is a GPU agent: left alone, never signalled" in done.stderr

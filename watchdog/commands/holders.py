@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
+from watchdog.core.accelerators import HostFacts, Profile, agent_note, choose_profile, gpu_agents
 from watchdog.core.devices import notes_text, parse_number
 from watchdog.core.process import Holder
 from watchdog.exitcodes import EXIT_NO_HOLDERS, EXIT_OK, EXIT_USAGE
 from watchdog.host.devices import SYS
-from watchdog.host.holders import HolderScanner, ScanResult
+from watchdog.host.holders import Excludes, HolderScanner, ScanResult, nodes_present
 
 if TYPE_CHECKING:  # typing only: psutil is imported when there are holders to describe
     from watchdog.core.process import ProcessIdentity
@@ -134,7 +135,11 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args, os.environ)
     if isinstance(config, int):
         return config
-    patterns = list(config.devices)
+    # Without --device (or devices.patterns set), a GPU host's own patterns and agents, as the daemon's.
+    gpu = config.source("devices.patterns").kind == "default" and choose_profile(config.profile, HostFacts(
+        gpu_nodes=nodes_present(config.nvidia_devices), tpu_nodes=nodes_present(config.devices)
+    )).profile is Profile.NVIDIA_GPU  # fmt: skip
+    patterns = list(config.nvidia_devices if gpu else config.devices)
     extra_paths = [*config.extra_paths, *args.extra_paths]
     if any(not p for p in args.extra_paths):
         sys.stderr.write("tpu-watchdog holders: error: --extra-path needs a non-empty value\n")
@@ -150,9 +155,11 @@ def run(args: argparse.Namespace) -> int:
     scanner = HolderScanner(
         patterns=patterns, extra_paths=extra_paths, proc_root=args.proc_root, node_root=args.node_root,
         allow_numbers=[parse_number(text) for text in config.allow_numbers], sys_root=args.sys_root,
+        excludes=Excludes(agents=gpu_agents(config.gpu_agents) if gpu else frozenset()),
     )  # fmt: skip
     result = scanner.scan()
     sys.stderr.write(notes_text(result.matched))
+    sys.stderr.write("".join(agent_note(agent.pid, agent.name) for agent in result.agents))
     facts: Facts = {}
     if result.holders:
         from watchdog.host.facts import holder_facts  # psutil: only with holders to describe

@@ -114,8 +114,9 @@ def is_agent(comm: str, executable: str, agents: Collection[str]) -> bool:
     return any(comm == agent[:COMM_LENGTH] for agent in agents if comm)
 
 
-def agents_text(agents: Iterable[str]) -> str:
-    return ", ".join(sorted(agents))
+def gpu_agents(extra: Iterable[str] = ()) -> frozenset[str]:
+    """The agents a GPU host's scan leaves alone: the built-in ones and `devices.gpu_agents`."""
+    return frozenset(GPU_AGENTS).union(extra)
 
 
 def agent_note(pid: int, name: str) -> str:

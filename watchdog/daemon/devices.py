@@ -59,8 +59,9 @@ class DeviceWatch:
             )  # fmt: skip
         else:
             log.warning(
-                "no TPU device node matches devices.patterns (%s)%s: this host protects nothing (no process "
-                "can be a TPU holder); fix devices.patterns, or see docs/devices.md",
+                "no TPU device node matches the device patterns (%s)%s: this host protects nothing (no "
+                "process can be a TPU holder); fix devices.patterns (devices.nvidia_patterns on a GPU VM: "
+                "docs/gpu-vms.md), or see docs/devices.md",
                 " ".join(self.patterns), "" if first else " any more",
                 extra=fields("no_devices"),
             )  # fmt: skip

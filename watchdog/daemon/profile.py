@@ -8,21 +8,16 @@ choice and why are logged once; a change (a GPU driver loaded later, a reconfigu
 
 from __future__ import annotations
 
-import glob
 import logging
-from collections.abc import Iterable
 
 from watchdog.config.settings import Config
 from watchdog.core.accelerators import AUTO, HostFacts, ProfileChoice, choose_profile
 from watchdog.core.identity import ACCELERATOR_TYPE, MACHINE_TYPE
+from watchdog.host.holders import nodes_present
 from watchdog.metadata.identity import fetch_identity
 from watchdog.metadata.transport import MetadataTransport
 
 log = logging.getLogger("tpu-watchdog")
-
-
-def _any(patterns: Iterable[str]) -> bool:
-    return any(glob.glob(pattern) for pattern in patterns)
 
 
 def host_profile(config: Config, transport: MetadataTransport | None = None) -> ProfileChoice:
@@ -35,8 +30,8 @@ def host_profile(config: Config, transport: MetadataTransport | None = None) -> 
     facts = HostFacts(
         machine_type=answers.get(MACHINE_TYPE) or "",
         tpu_accelerator_type=answers.get(ACCELERATOR_TYPE) or "",
-        gpu_nodes=_any(config.nvidia_devices),
-        tpu_nodes=_any(config.devices),
+        gpu_nodes=nodes_present(config.nvidia_devices),
+        tpu_nodes=nodes_present(config.devices),
     )
     return choose_profile(AUTO, facts)
 

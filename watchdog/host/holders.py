@@ -15,12 +15,13 @@ excludes. Processes that vanish, refuse us, or are zombies are counted in the `S
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from watchdog.core.accelerators import GPU_AGENTS, Profile, is_agent
+from watchdog.core.accelerators import Profile, gpu_agents, is_agent
 from watchdog.core.devices import MatchedDevice, parse_number
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.host.devices import SYS, DeviceSet, find_devices
@@ -316,6 +317,12 @@ class HolderScanner:
         )
 
 
+def nodes_present(patterns: Iterable[str]) -> bool:
+    """Whether any path matches one of `patterns` now: what a profile is chosen by when the metadata
+    server is not asked (or does not say)."""
+    return any(glob.glob(pattern) for pattern in patterns)
+
+
 def scanner_for(config: ScanSettings, profile: Profile = Profile.TPU, sys_root: str = SYS) -> HolderScanner:
     """The scanner the configuration describes for this host's accelerator profile (its device patterns,
     on a GPU host its agents; extra paths, allowed numbers, excludes): daemon, drill, readiness."""
@@ -329,6 +336,6 @@ def scanner_for(config: ScanSettings, profile: Profile = Profile.TPU, sys_root: 
             pids=frozenset(config.exclude_pids),
             names=frozenset(config.exclude_names),
             uids=frozenset(config.exclude_uids),
-            agents=frozenset(GPU_AGENTS).union(config.gpu_agents) if gpu else frozenset(),
+            agents=gpu_agents(config.gpu_agents) if gpu else frozenset(),
         ),
     )
