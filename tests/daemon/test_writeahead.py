@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.test_runner import order, runner_for
+from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
 from watchdog.core.drain_record import Outcome
 from watchdog.core.process import ProcessIdentity
@@ -63,9 +64,14 @@ def test_a_wave_goes_once_its_file_is_in_place_or_when_the_wait_is_over(
 ) -> None:
     store = StateStore(str(state_dir), fsync=stuck.fsync)
     writer = StateWriter(store, changed=lambda: None)
-    first, second = ProcessIdentity(100, 1), ProcessIdentity(200, 2)
+    first, second, third = ProcessIdentity(100, 1), ProcessIdentity(200, 2), ProcessIdentity(300, 3)
     assert writer.intents([(first, signal.SIGTERM, "train")], wait=30)  # renamed in: its fsync hangs
+    assert writer.intents([(second, signal.SIGTERM, "train")], wait=30)  # never behind that fsync
+    wait_for(lambda: stuck.calls > 0, what="the fsync, in a thread of its own")
     on_file = json.loads(Path(store.path).read_text())
-    assert [s["pid"] for s in on_file["signals"]] == [first.pid]
-    assert not writer.intents([(second, signal.SIGKILL, "train")], wait=0.2)  # behind the stuck write
+    assert [s["pid"] for s in on_file["signals"]] == [first.pid, second.pid]
+    # The loop's own write, stuck in its fsync, holds the store: the next wave waits only so long.
+    threading.Thread(target=store.record_intents, args=([(third, signal.SIGTERM, "x")],), daemon=True).start()
+    wait_for(lambda: stuck.calls > 1, what="the loop's write, stuck")
+    assert not writer.intents([(third, signal.SIGKILL, "train")], wait=0.2)
     assert not writer.flush(0.1)

@@ -1,9 +1,10 @@
 """A drain's writes to the state file, in a thread of their own: a stuck disk never holds a signal back.
 
 A wave's intents (`intents`) are written ahead: the wave waits until the new file is in place (renamed into
-the state directory, in the page cache), at most `WRITE_AHEAD_WAIT`, and the fsyncs follow in this thread.
-What became of the signals (`sents`) is queued and never waited for. One thread and one queue: the writes
-keep their order. The thread runs while there is something to write, so an idle daemon has none.
+the state directory, in the page cache), at most `WRITE_AHEAD_WAIT`. What became of the signals (`sents`)
+is queued and never waited for. One thread and one queue: the writes keep their order. The fsyncs run in a
+second thread (`StateStore.sync`, after the writes, coalesced), so that the next wave's write never waits
+for the last one's fsync. Each thread runs while it has something to do: an idle daemon has neither.
 
 What a stuck disk costs: a file in the page cache only is lost with the host if the host dies, and so are
 the processes it names (a state file of another boot is set aside). Past the bound the wave goes out with
@@ -35,6 +36,7 @@ class StateWriter:
         self._jobs: collections.deque[Callable[[], None]] = collections.deque()
         self._lock = threading.Lock()
         self._running = False
+        self._unsynced, self._syncing = False, False
 
     def intents(
         self, intents: Sequence[tuple[ProcessIdentity, int, str]], wait: float = WRITE_AHEAD_WAIT
@@ -45,7 +47,7 @@ class StateWriter:
 
         def job() -> None:
             try:
-                self._store.record_intents(intents, written=written.set)
+                self._store.record_intents(intents, written=written.set, durable=False)
             finally:
                 written.set()
 
@@ -54,7 +56,7 @@ class StateWriter:
 
     def sents(self, sent: Sequence[tuple[ProcessIdentity, int, str]]) -> None:
         """Queue what became of a wave's signals (identity, signal, SignalResult value)."""
-        self._submit(lambda: self._store.record_sents(sent))
+        self._submit(lambda: self._store.record_sents(sent, durable=False))
 
     def flush(self, wait: float) -> bool:
         """Wait until everything queued so far is written (at most `wait` s); True if it was."""
@@ -69,10 +71,31 @@ class StateWriter:
                 self._running = True
                 threading.Thread(target=self._run, name="state-writer", daemon=True).start()
 
+    def _sync_soon(self) -> None:
+        with self._lock:
+            self._unsynced = True
+            if not self._syncing:
+                self._syncing = True
+                threading.Thread(target=self._sync, name="state-syncer", daemon=True).start()
+
+    def _sync(self) -> None:
+        while True:
+            with self._lock:
+                if not self._unsynced:
+                    self._syncing = False
+                    return
+                self._unsynced = False
+            try:
+                self._store.sync()
+            except Exception:  # the next write tries again; the file is in the page cache meanwhile
+                with contextlib.suppress(Exception):
+                    log.exception("making the state file durable failed")
+
     def _run(self) -> None:
         while (job := self._next()) is not None:
             try:
                 job()
+                self._sync_soon()
                 self._changed()
             except Exception:  # a failed write must not stop the ones after it
                 with contextlib.suppress(Exception):  # nor a failing log line

@@ -183,18 +183,20 @@ class StateStore:
         self,
         intents: Iterable[tuple[ProcessIdentity, int | str, str]],
         written: Callable[[], None] | None = None,
+        durable: bool = True,
     ) -> None:
         """Several intents (identity, signal, process name) in one write, all on disk before any is sent:
         a drain's first wave to many holders costs one fsync, not one per holder. Intents all on file
         already (a first wave, saved with its drain) cost nothing: not even a wait for the lock, which that
         write holds while it is made durable (`save_lifecycle`'s `written`). `written`, as there: called
-        once the file is in place (or nothing needed writing), before its fsyncs."""
+        once the file is in place (or nothing needed writing), before its fsyncs. `durable=False`: no
+        fsyncs at all; `sync()` makes it durable later (daemon/writeahead.py, off the signal path)."""
         intents = list(intents)
         if not all(self._state.find(identity, signal) is not None for identity, signal, _ in intents):
             with self._lock:
                 state = _with_intents(self._state, intents, self.clock.wall())
                 if state is not self._state:
-                    self._write(state, written)
+                    self._write(state, written, durable)
                     return
         if written is not None:
             written()
@@ -206,8 +208,10 @@ class StateStore:
         assert record is not None  # noqa: S101 - just recorded
         return record
 
-    def record_sents(self, sent: Iterable[tuple[ProcessIdentity, int | str, str]]) -> None:
-        """What became of several signals (identity, signal, result), in one write."""
+    def record_sents(
+        self, sent: Iterable[tuple[ProcessIdentity, int | str, str]], durable: bool = True
+    ) -> None:
+        """What became of several signals (identity, signal, result), in one write (`durable`: as above)."""
         with self._lock:
             state, now = self._state, self.clock.wall()
             for identity, signal, result in sent:
@@ -218,7 +222,20 @@ class StateStore:
                     )
                     intent = SignalRecord(identity, "", signal_name(signal), now)
                 state = state.with_signal(replace(intent, sent_at=now, result=str(plain(result))))
-            self._write(state)
+            self._write(state, durable=durable)
+
+    def sync(self) -> None:
+        """fsync the file as it is now, and its directory: what `durable=False` writes left for later.
+        Without the lock: a stuck disk here holds up no write."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return  # not written (yet), or gone: nothing to make durable
+        try:
+            self._fsync(fd)
+        finally:
+            os.close(fd)
+        self._fsync_dir()
 
     def already_signalled(self, identity: ProcessIdentity, signal: int | str) -> bool:
         """True if this event already sent (or may have sent, before a crash) `signal` to `identity`."""
@@ -274,11 +291,14 @@ class StateStore:
         if leftovers:
             log.info("state: removed %d temporary file(s) left by an interrupted write", len(leftovers))
 
-    def _write(self, state: SavedState, written: Callable[[], None] | None = None) -> None:
+    def _write(
+        self, state: SavedState, written: Callable[[], None] | None = None, durable: bool = True
+    ) -> None:
         """Atomically replace the file with `state`; the in-memory state follows even if the disk fails.
 
         `written` (see `save_lifecycle`): called once the new file is in place, before the fsyncs that make
-        it durable, or at once if the write fails; without it, the file is durable before the rename."""
+        it durable, or at once if the write fails; without it, the file is durable before the rename.
+        `durable=False`: no fsyncs (`sync` later)."""
         data = json.dumps(state.to_json(self.clock.wall()), indent=1).encode()
         temp, notify = "", [written] if written is not None else []  # each called once, whatever happens
         try:
@@ -286,14 +306,16 @@ class StateStore:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
-                if not notify:
+                if durable and not notify:
                     self._fsync(handle.fileno())
                 os.replace(temp, self.path)
                 temp, self._state = "", state
                 if notify:
                     notify.pop()()
+                if durable and written is not None:
                     self._fsync(handle.fileno())
-            self._fsync_dir()
+            if durable:
+                self._fsync_dir()
         except OSError as error:
             self._state = state
             while notify:
