@@ -18,8 +18,10 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 HEADER = """# Benchmarks
 
-Measured with `make bench` (or `.venv/bin/python -m bench NAME` for one) on a shared, noisy 2-core machine.
-Each section says when it was measured, on what, the goal, and whether the figure met it.
+Written by `make bench` (or `.venv/bin/python -m bench NAME` for one): each benchmark rewrites its own
+section, between its `<!-- bench:NAME -->` markers, with what it measures, the goal, whether the figure met
+it, and when and on what machine it was measured. The sections outside the markers say how to measure what
+no benchmark measures yet.
 """
 
 

@@ -2,13 +2,13 @@
 
 One private PID namespace (nothing outside it can be signalled). Other processes are families of sleepers
 holding 26 fds each (the busy host of `bench holders`), added in steps. At each size, daemons of two trees
-take turns, ROUNDS each, interleaved: BEFORE (a checkout of main: `EVENT_SCALE_BEFORE=/path`, default
-/work/main) and AFTER (this tree). For each of EVENTS events: a holder that has held the device since before
-the daemon's last scan (the warm index has it) and a new job forked just before the event (a PID the index
-has not seen: scanned first, before the full scan); PUT of TERMINATE_ON_HOST_MAINTENANCE on the fake at t0,
-and each one's SIGTERM handler writes its CLOCK_MONOTONIC time to a pipe; then NONE, the daemon back to idle
-with the new job gone, and its CPU time still for 0.3 s (the scan after a drain is over: on a real host the
-next event comes long after).
+take turns, ROUNDS each, interleaved: BEFORE (a checkout given as `EVENT_SCALE_BEFORE=/path`; by default this
+repository's `main`, extracted) and AFTER (this tree). For each of EVENTS events: a holder that has held the
+device since before the daemon's last scan (the warm index has it) and a new job forked just before the event
+(a PID the index has not seen: scanned first, before the full scan); PUT of TERMINATE_ON_HOST_MAINTENANCE on
+the fake at t0, and each one's SIGTERM handler writes its CLOCK_MONOTONIC time to a pipe; then NONE, the
+daemon back to idle with the new job gone, and its CPU time still for 0.3 s (the scan after a drain is over:
+on a real host the next event comes long after).
 Both must be signalled every time: a missed one fails the benchmark.
 """
 
@@ -208,7 +208,9 @@ def run() -> str:
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-event-scale-") as tmp:
         before = os.environ.get("EVENT_SCALE_BEFORE")
-        label = f"`{before}`" if before else f"main at {_main_checkout(Path(tmp) / 'main')}"
+        # A BEFORE tree is named by the variable, never by its path: the section is read elsewhere.
+        main = None if before else _main_checkout(Path(tmp) / "main")
+        label = f"main at {main}" if main else "the tree `EVENT_SCALE_BEFORE` names"
         trees = {"before": before or str(Path(tmp) / "main"), "after": str(REPO)}
         done = subprocess.run(
             ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER, tmp,
