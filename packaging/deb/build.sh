@@ -57,6 +57,11 @@ install -D -m 0644 "$HERE/changelog" "$DOC/changelog"
 gzip -9 -n "$DOC/changelog"
 install -D -m 0644 "$REPO/README.md" "$DOC/README.md"
 gzip -9 -n "$DOC/README.md"
+# The reference pages the README links to (docs/NAME.md), beside it: `zless docs/NAME.md.gz` on the host.
+for page in "$REPO"/docs/*.md; do
+	install -D -m 0644 "$page" "$DOC/docs/$(basename "$page")"
+	gzip -9 -n "$DOC/docs/$(basename "$page")"
+done
 install -D -m 0644 "$HERE/tpu-watchdog.1" "$ROOT/usr/share/man/man1/tpu-watchdog.1"
 gzip -9 -n "$ROOT/usr/share/man/man1/tpu-watchdog.1"
 

@@ -132,6 +132,10 @@ def test_the_package_holds_the_daemon_unit_config_and_docs(deb: Path, source: Pa
         assert path in members, path
         assert (members[path].uname, members[path].gname) == ("root", "root")
     assert members["usr/bin/tpu-watchdog"].mode == 0o755
+    # Every reference page the README links to is on the host, beside the README.
+    linked = set(re.findall(r"\(docs/([\w-]+\.md)\)", (source / "README.md").read_text()))
+    assert linked, "the README links no docs/ page"
+    assert {f"usr/share/doc/tpu-watchdog/docs/{page}.gz" for page in linked} <= set(members)
 
     tree = _extract(deb, tmp_path / "x")
     assert (tree / "DEBIAN" / "conffiles").read_text() == f"{CONFIG}\n"
