@@ -78,7 +78,7 @@ class Announcer:
                 log.warning("%s moves the drain deadline earlier, to %s", action.because.source, moved)
         elif isinstance(action, CancelDrain):
             with self.outputs.guarded(Output.LOG):
-                log.warning("cancelling the drain: %s (nothing will be SIGKILLed)", action.reason)
+                log.warning("cancelling the drain: %s (no signal goes out from now on)", action.reason)
         elif isinstance(action, EventCleared):
             self.event_cleared(action.event, deadline)
 
