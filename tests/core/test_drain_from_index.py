@@ -68,23 +68,3 @@ def test_past_the_deadline_the_full_scan_decides_the_kill() -> None:
     actions = c.observe_scan([A, B], running=(), now=T0)
     assert c.phase is Phase.KILLING
     assert {a.identity for a in actions if a.signum != TERM} == {A.identity, B.identity}
-
-
-def test_a_job_the_index_had_not_seen_is_signalled_before_the_full_scan_which_is_still_due() -> None:
-    c = core(scan_first=True)  # nobody indexed: a fresh job on an idle host
-    assert c.start() == []
-    actions = c.observe_newcomers([B], now=T0 + 0.001)
-    assert actions == [SendSignal(B.identity, TERM)]
-    assert not c.record.processes[B.identity].late_arrival
-    sent_all(c, actions, T0 + 0.001)
-    assert c.observe_newcomers([B], now=T0 + 0.002) == []  # one SIGTERM, whoever looks again
-    c.observe_exit(B.identity, ExitStatus(code=0), T0 + 0.003)
-    assert not c.done  # a partial look: the full scan is still awaited
-    assert c.wants_scan(T0 + 0.003)
-    c.observe_scan([], running=(), now=T0 + 0.01)
-    assert c.record.outcome is Outcome.EXITED
-
-
-def test_past_the_deadline_the_full_scan_decides_not_the_look_at_new_processes() -> None:
-    c = core(scan_first=True)
-    assert c.observe_newcomers([B], now=T0 + 10_000) == []

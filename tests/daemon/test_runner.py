@@ -164,8 +164,9 @@ def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
     runner.scanner = scanner
     runner.indexed, runner.known_pids = lambda: index.holders, lambda: index.pids
     todo = order(30.0)
-    assert runner.first_wave(todo.deadline) == ()  # as the loop does: nobody indexed
-    runner.start(todo)
+    first = runner.first_wave(todo.deadline)  # as the loop does: the new PIDs looked at, nobody indexed
+    assert [h.identity for h in first] == [new.identity]
+    runner.start(dataclasses.replace(todo, first_wave=first))
     runner.persisted.set()  # the loop's state write, done
     assert new.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
     assert runner.store.state.find(old.identity, signal.SIGTERM) is None  # not even intended yet

@@ -75,3 +75,23 @@ def test_a_wave_goes_once_its_file_is_in_place_or_when_the_wait_is_over(
     wait_for(lambda: stuck.calls > 1, what="the loop's write, stuck")
     assert not writer.intents([(third, signal.SIGKILL, "train")], wait=0.2)
     assert not writer.flush(0.1)
+
+
+def test_a_wave_whose_intents_are_on_file_goes_at_once_even_behind_a_stuck_write(
+    state_dir: Path, stuck: StuckDisk
+) -> None:
+    store = StateStore(str(state_dir), fsync=stuck.fsync)
+    writer = StateWriter(store, changed=lambda: None)
+    first, other = ProcessIdentity(100, 1), ProcessIdentity(200, 2)
+    # A first wave's intents go with the drain's own state, written by the loop; that write is stuck in its
+    # fsync and holds the store, and the writer's thread waits behind it with what an earlier wave did.
+    in_place = threading.Event()
+    loop_write = threading.Thread(
+        target=store.record_intents, args=([(first, signal.SIGTERM, "train")], in_place.set), daemon=True
+    )
+    loop_write.start()
+    assert in_place.wait(10)
+    wait_for(lambda: stuck.calls > 0, what="the loop's write, in place, stuck in its fsync")
+    writer.sents([(other, signal.SIGTERM, "sent")])  # queued behind the stuck write
+    assert writer.intents([(first, signal.SIGTERM, "train")], wait=0.2)  # on file already: no wait
+    assert not writer.flush(0.1)  # the writer's thread is still stuck behind the loop's write

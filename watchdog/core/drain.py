@@ -15,8 +15,8 @@ in the same wave (what still holds a device at the deadline is killed). The
 edge may hold newcomers back (`admit_new=False`: after a restart, until the metadata server confirms the event
 is still on): they are not signalled, and the drain waits for them while the deadline is ahead.
 
-Started from the warm holder index (`scan_first`): the indexed holders get their SIGTERM at once, then those
-among the processes the index had not seen (`observe_newcomers`), and a full scan follows straight away;
+Started from the warm holder index (`scan_first`: the indexed holders, re-checked, and the holders among the
+processes the index had not seen): they get their SIGTERM at once, and a full scan follows straight away;
 until it has looked the drain is not over, and whom it finds are no late arrivals.
 """
 
@@ -261,27 +261,6 @@ class DrainCore:
         if first and holders is not None and not self.record.processes and not self._held_back:
             self._finish(Outcome.NO_HOLDERS, now)  # the indexed holders had gone, and nobody else holds one
         self._settle(now)
-        return actions
-
-    def observe_newcomers(
-        self, holders: Sequence[Holder], now: float, admit_new: bool = True
-    ) -> list[SendSignal]:
-        """Holders among the processes the warm index had not seen (a job started since its last scan),
-        looked at before the full scan: each gets its SIGTERM as a first-wave holder. A partial look: nobody
-        is taken to have released a device, and the full scan is still awaited. Past the deadline the full
-        scan decides it all (the kill included)."""
-        if self.phase is not Phase.WAITING or not self._awaiting_scan or now >= self.record.deadline:
-            return []
-        actions: list[SendSignal] = []
-        for h in holders:
-            if h.identity in self.record.processes:
-                continue
-            if self._waits(h.identity, admit_new):
-                self._held_back.add(h.identity)
-                continue
-            action = self._track(h, now, late=self.record.late)
-            actions += [action] if action is not None else []
-        self._note_held_back()
         return actions
 
     def move_deadline(self, deadline: float, now: float) -> bool:

@@ -76,11 +76,10 @@ class DrainPlan:
     `already_signalled` lists the signals an earlier run (or an earlier drain of the same event) sent:
     SIGTERM is never sent twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks).
     `late`: a drain for late arrivals (see `watchdog.core.lifecycle`). `scan_first`: `holders` came from the
-    warm index, re-checked: they are signalled at once, and a full scan follows straight away.
+    warm index (re-checked, and the new PIDs scanned alone): they are signalled at once, and a full scan
+    follows straight away.
     `possibly_signalled`: of those, the SIGTERMs on file only as intents: held back until admitted.
-    `started`, `earlier`: a resumed drain is the same drain (`DrainCore`): its start and its processes.
-    `known_pids` (with `scan_first`): the PIDs the warm index has seen; the holders among the others (a job
-    started since) are signalled next, before the full scan (the scanner's `newcomers`)."""
+    `started`, `earlier`: a resumed drain is the same drain (`DrainCore`): its start and its processes."""
 
     grace: float | None = None
     deadline: float | None = None
@@ -94,7 +93,6 @@ class DrainPlan:
     possibly_signalled: frozenset[ProcessIdentity] = frozenset()
     started: float | None = None  # when a resumed drain began (monotonic): its start, kept
     earlier: Sequence[ProcessRecord] = ()  # a resumed drain's processes that ended while the daemon was down
-    known_pids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.grace is not None and self.deadline is not None:
@@ -178,7 +176,7 @@ def run_drain(
     )
     loop = _Loop(core, scanner, signaller, exits, clock, listener)
     try:
-        loop.run(core.start(loop.admits_newcomers()), cancel, stop, plan.known_pids)
+        loop.run(core.start(loop.admits_newcomers()), cancel, stop)
     finally:
         for identity in exits.watching():
             exits.unwatch(identity)
@@ -210,13 +208,9 @@ class _Loop:
             self.note(f"admits_newcomers failed: {type(e).__name__}: {e}")
             return False
 
-    def run(
-        self, actions: list[SendSignal], cancel: threading.Event, stop: threading.Event, known: frozenset[int]
-    ) -> None:
+    def run(self, actions: list[SendSignal], cancel: threading.Event, stop: threading.Event) -> None:
         core = self.core
         self.act(actions, cancel, stop)
-        if known:  # the processes the warm index had not seen, before the full scan
-            self.act(self.newcomers(known), cancel, stop)
         while not core.done:
             deadline = self.ask(self.listener.deadline)
             if deadline is not None and core.move_deadline(deadline, self.clock.monotonic()):
@@ -249,19 +243,6 @@ class _Loop:
         running = {i for i in self.core.pending() if i not in seen and self.exits.running(i)}
         admit = self.admits_newcomers()
         return self.core.observe_scan(holders, running, self.clock.monotonic(), admit_new=admit)
-
-    def newcomers(self, known: frozenset[int]) -> list[SendSignal]:
-        """The holders among the PIDs not in `known`, from the scanner's `newcomers` (a test's may have none:
-        the full scan finds them as before)."""
-        find: Callable[[frozenset[int]], Sequence[Holder]] | None = getattr(self.scanner, "newcomers", None)
-        if find is None:
-            return []
-        try:
-            holders = tuple(find(known))
-        except Exception as e:  # noqa: BLE001 - the full scan follows: a failed look costs only the head start
-            self.note(f"scan of new processes failed: {type(e).__name__}: {e}")
-            return []
-        return self.core.observe_newcomers(holders, self.clock.monotonic(), self.admits_newcomers())
 
     def act(self, actions: list[SendSignal], cancel: threading.Event, stop: threading.Event) -> None:
         """Send each signal (intent first, result after), then watch every pending process for its exit."""

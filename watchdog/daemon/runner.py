@@ -5,13 +5,14 @@ the drain's `DrainListener`: each wave of signals is written ahead to the state 
 state is on disk (through `StateWriter`: a stuck disk holds a wave back at most `WRITE_AHEAD_WAIT`), and
 each signal is logged with the process, the drain and the events it serves.
 
-A drain starts from the warm holder index (`indexed`: the holders of the loop's last scan, refreshed while
-idle): each is re-checked from its own /proc entries (same process, still holding a device) by the loop
-(`first_wave`), which writes their intents with the drain's own state, and signalled at once, so the first
-SIGTERM waits for neither a scan of every fd on the host nor a second write. Next, in the drain, the
-processes the index has not seen (`known_pids`: a job started since its last scan) are scanned alone and
-their holders signalled; then the full scan (an old process that opened a device since), and its newcomers
-are signalled as before. With no index yet, the drain starts from a full scan.
+A drain starts from the warm holder index, in the loop's thread (`first_wave`): the indexed holders
+(`indexed`: the holders of its last scan, refreshed while idle), each re-checked from its own /proc entries
+(same process, still holding a device), and the holders among the processes the index has not seen
+(`known_pids`: a job started since its last scan), scanned alone. The loop writes their intents with the
+drain's own state, and the drain signals them all at once: the first SIGTERM, a new job's included, waits for
+neither a scan of every fd on the host nor a second write. Then the full scan (an old process that opened a
+device since), and its newcomers are signalled as before. With no index yet, the drain starts from a full
+scan.
 
 What the drain thread tells (its log lines, the signal counters, the state file's status) is guarded
 (`Outputs`): a failing output never ends a drain, so never makes it start again.
@@ -123,8 +124,7 @@ class DrainRunner(DrainListener):
     def _run(self, order: DrainOrder) -> None:
         record: DrainRecord | None = None
         try:
-            known = self._known_pids()  # a first look at the PIDs the index has not seen, in the drain
-            scan_first = bool(order.first_wave or known)  # else the holders come from a full scan
+            scan_first = bool(order.first_wave)  # else the holders come from a full scan
             holders = order.first_wave if scan_first else self._first_scan()
             self._said_started(order, holders)
             started = None
@@ -141,7 +141,6 @@ class DrainRunner(DrainListener):
                 possibly_signalled=order.possibly_signalled,
                 started=started,
                 earlier=earlier_processes(order.on_file, holders, exited_only=scan_first),
-                known_pids=known,
             )
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
@@ -182,32 +181,35 @@ class DrainRunner(DrainListener):
             )  # fmt: skip
 
     def first_wave(self, deadline: float) -> tuple[Holder, ...]:
-        """The indexed holders still holding a device, re-checked (a few reads each, in the caller's
-        thread); () when there are none, the scanner cannot re-check (a test's), or the deadline (monotonic)
-        has passed: then the full scan decides who is killed."""
+        """The holders a drain signals at once, without a scan of every fd on the host: the indexed holders
+        still holding a device, re-checked, and the holders among the PIDs the index has not seen (a job
+        started since its last scan). A few reads per indexed holder plus a look at the new PIDs, in the
+        caller's thread (the loop's: their intents go in the drain's own state write). () when there are
+        none, the scanner can do neither (a test's), or the deadline (monotonic) has passed: then the full
+        scan decides who is killed. A failed look only costs the head start: the full scan follows."""
+        if deadline <= self.clock.monotonic():
+            return ()
+        wave: list[Holder] = []
         recheck: Callable[[Sequence[Holder]], Sequence[Holder]] | None
         recheck = getattr(self.scanner, "recheck", None)
-        if recheck is None or deadline <= self.clock.monotonic():
-            return ()
-        try:
-            indexed = self.indexed()
-            return tuple(recheck(indexed)) if indexed else ()
-        except Exception:  # the full scan follows: a failed re-check only costs the head start
-            with self.outputs.guarded(Output.LOG):
-                log.exception("re-checking the indexed holders failed; scanning them all")
-            return ()
-
-    def _known_pids(self) -> frozenset[int]:
-        """The PIDs of the index's last scan, when the scanner can look at the others alone (a test's may
-        not): frozenset() makes the drain start from a full scan, or its first wave, as before."""
-        if getattr(self.scanner, "newcomers", None) is None:
-            return frozenset()
-        try:
-            return frozenset(self.known_pids())
-        except Exception:  # the full scan follows: only the head start is lost
-            with self.outputs.guarded(Output.LOG):
-                log.exception("reading the index's PIDs failed; scanning them all")
-            return frozenset()
+        if recheck is not None:
+            try:
+                indexed = self.indexed()
+                wave += recheck(indexed) if indexed else ()
+            except Exception:
+                with self.outputs.guarded(Output.LOG):
+                    log.exception("re-checking the indexed holders failed; scanning them all")
+        newcomers: Callable[[Collection[int]], Sequence[Holder]] | None
+        newcomers = getattr(self.scanner, "newcomers", None)
+        if newcomers is not None:
+            try:
+                known = frozenset(self.known_pids())
+                taken = {h.identity for h in wave}
+                wave += [h for h in newcomers(known) if h.identity not in taken] if known else ()
+            except Exception:
+                with self.outputs.guarded(Output.LOG):
+                    log.exception("scanning the processes the index has not seen failed; scanning them all")
+        return tuple(wave)
 
     def _first_scan(self) -> tuple[Holder, ...]:
         """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""

@@ -42,7 +42,11 @@ class StateWriter:
         self, intents: Sequence[tuple[ProcessIdentity, int, str]], wait: float = WRITE_AHEAD_WAIT
     ) -> bool:
         """Write `intents` (identity, signal, name) ahead; True once the file is in place, False when
-        `wait` s passed first (the write goes on in the thread)."""
+        `wait` s passed first (the write goes on in the thread). Intents all on file already (a first wave,
+        written with its drain's own state) cost nothing: no write, no thread, no wait."""
+        state = self._store.state
+        if all(state.find(identity, signum) is not None for identity, signum, _ in intents):
+            return True
         written = threading.Event()
 
         def job() -> None:
