@@ -1,6 +1,6 @@
 """The facts `holders` reports beyond the scan (user, start time, children), read from real processes: a job
 in its own session with a forked child, processes of other users, one gone since the scan; and from a fixture
-tree through psutil's PROCFS_PATH."""
+tree, whose missing lists of children are read through psutil's PROCFS_PATH."""
 
 from __future__ import annotations
 
@@ -117,3 +117,22 @@ def test_a_fixture_tree_is_read_through_psutil_and_the_setting_restored(tmp_path
     assert launcher["create_time"] == pytest.approx(BOOT_TIME + 1000 / ticks)
     assert worker["create_time"] == pytest.approx(BOOT_TIME + 2500 / ticks)
     assert answer["after"] == "/proc"
+
+
+NO_PSUTIL = """
+import json, os, sys
+from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.host.facts import holder_facts
+from watchdog.host.procfs import start_time
+me = ProcessIdentity(os.getpid(), start_time(os.getpid()))
+facts = holder_facts([Holder(me, "python", (), os.getuid(), ())])
+json.dump({"children": facts[me].children, "psutil": "psutil" in sys.modules}, sys.stdout)
+"""
+
+
+def test_psutil_is_not_imported_where_the_kernel_lists_children() -> None:
+    """Its import costs ~40 ms, a quarter of a `holders` run on a busy host."""
+    done = subprocess.run(
+        [sys.executable, "-c", NO_PSUTIL], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(done.stdout) == {"children": [], "psutil": False}

@@ -1,32 +1,28 @@
 """What `tpu-watchdog holders` tells about each holder beyond the scan: its user, when it started, its
-children. User and start time come from psutil, which turns each way a process can vanish or hide into one
-exception and checks PID reuse itself.
+children.
 
-Hand-written (docs/benchmarks.md, section psutil; CPU, medians of 5 runs): the scan (holders.py: psutil
-lists no fds that are device nodes); the facts the scan reads anyway to decide who is excluded (name,
-command line, uid, parent pid: psutil took 1.7x); the children (`Procfs.children`: psutil's took 1,800x on a
-busy host), with psutil's as the fallback where the kernel keeps no lists of children.
-Importing psutil costs ~48 ms of CPU, more than starting Python itself (~19 ms), so only this module
-imports it, and only a command with holders to describe imports this module.
-"""
+Read from /proc and the password database with the standard library: the user is the login name of the real
+uid the scan read, the start time the kernel's boot second (/proc/stat `btime`) plus the start tick, the
+same instant psutil's `create_time` gives, and the children the kernel's own lists (`Procfs.children`:
+psutil's `children()`, which reads the stat of every process, took 1,800x on a busy host). The start tick
+is read before and after, so a PID reused meanwhile is left out. psutil is the fallback where the kernel
+keeps no lists of children (CONFIG_PROC_CHILDREN off, a fixture tree), imported only then: its import
+costs ~40 ms, a quarter of a whole `holders` run on a busy host (`python -m bench holders`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+import pwd
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeVar
-
-import psutil
 
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.host.procfs import PROC, Procfs, start_time
 
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class HolderFacts:
-    """Facts of one holder; None where psutil could not tell (not allowed to look, or it exited)."""
+    """Facts of one holder; None where they could not be read (not allowed to look, or it exited)."""
 
     user: str | None  # login name of the real uid; the uid as text when the password database has none
     create_time: float | None  # seconds since the epoch
@@ -35,40 +31,56 @@ class HolderFacts:
 
 def holder_facts(holders: Iterable[Holder], proc_root: str = PROC) -> dict[ProcessIdentity, HolderFacts]:
     """The facts of each holder that is still the process the scan saw; one that exited since (or whose PID
-    now names another process) is left out. Reads `proc_root` through psutil's PROCFS_PATH, restored after:
-    not for two threads at once, and one proc root per process (psutil 5.9 keeps the first boot time it
-    reads, so start times read under a second root would be off)."""
+    now names another process) is left out."""
+    boot = _boot_time(proc_root)
+    ticks = os.sysconf("SC_CLK_TCK")
+    procfs = Procfs(proc_root)
+    found: dict[ProcessIdentity, HolderFacts] = {}
+    for holder in holders:
+        identity = holder.identity
+        if start_time(identity.pid, proc_root) != identity.start_time:
+            continue  # exited since the scan, or its PID now names another process
+        children = procfs.children(identity.pid)
+        if children is None:
+            children = _children_by_psutil(identity.pid, proc_root)
+        if start_time(identity.pid, proc_root) != identity.start_time:
+            continue  # gone while it was looked at: its children may be another's
+        created = None if boot is None else boot + identity.start_time / ticks
+        found[identity] = HolderFacts(
+            _user(holder.uid), created, None if children is None else tuple(children)
+        )
+    return found
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _boot_time(proc_root: str) -> float | None:
+    """The kernel's boot time, seconds since the epoch (/proc/stat `btime`), as psutil reads it."""
+    try:
+        with open(f"{proc_root}/stat", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _children_by_psutil(pid: int, proc_root: str) -> list[int] | None:
+    """psutil's `children()` (the stat of every process), through its PROCFS_PATH, restored after: not for
+    two threads at once."""
+    import psutil  # only here: see the module's docstring
+
     saved = psutil.PROCFS_PATH
     psutil.PROCFS_PATH = proc_root
     try:
-        found = {holder.identity: _facts_of(holder.identity, proc_root) for holder in holders}
-    finally:
-        psutil.PROCFS_PATH = saved
-    return {identity: facts for identity, facts in found.items() if facts is not None}
-
-
-def _facts_of(identity: ProcessIdentity, proc_root: str) -> HolderFacts | None:
-    try:
-        proc = psutil.Process(identity.pid)
-        now = start_time(identity.pid, proc_root)
-    except (psutil.Error, PermissionError):
-        return None
-    if now != identity.start_time:
-        return None  # the scanned process exited and its PID was reused before psutil looked
-    with proc.oneshot():
-        user = _ask(proc.username)
-        created = _ask(proc.create_time)
-    children = Procfs(proc_root).children(identity.pid)
-    if children is None:
-        found = _ask(proc.children)
-        children = None if found is None else sorted(child.pid for child in found)
-    if not proc.is_running():
-        return None  # the process psutil opened is no longer there: what it told may be another's
-    return HolderFacts(user, created, None if children is None else tuple(children))
-
-
-def _ask(read: Callable[[], T]) -> T | None:
-    try:
-        return read()
+        return sorted(child.pid for child in psutil.Process(pid).children())
     except psutil.Error:
         return None
+    finally:
+        psutil.PROCFS_PATH = saved
