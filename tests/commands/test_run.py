@@ -246,3 +246,71 @@ def test_a_taken_listen_port_leaves_the_host_protected_and_is_bound_once_free(tm
     assert http["failed_binds"] >= 1, http
     assert report["status"]["state"] == "drained"
     assert report["daemon_exit"] == 0
+
+
+DRIVER_STUCK_LOG = r"""
+import fcntl, json, os, signal, socket, subprocess, sys, time, urllib.request
+from pathlib import Path
+from tests.support.sdnotify import NotifySocket
+from tests.support.waiting import wait_for
+from tests.support.workloads import TEST_ALLOW, Child, make_device
+from watchdog.fake.server import FakeMetadataServer
+
+tmp = Path(sys.argv[1])
+device = make_device(tmp)
+until = NotifySocket(tmp / "notify").until
+read_end, write_end = os.pipe()  # the daemon's stderr: full before it starts, read by nobody until the end
+fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+os.set_blocking(write_end, False)
+try:
+    while True:
+        os.write(write_end, b"x" * 4096)
+except BlockingIOError:
+    pass
+os.set_blocking(write_end, True)
+
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+        return answer.read().decode()
+
+report = {}
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+with FakeMetadataServer(listen="127.0.0.1:0") as fake:
+    child = Child("handled", device)
+    child.wait_ready()
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp / "notify"))
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "run", "--config", str(tmp / "empty.toml"),
+         "--metadata-host", fake.address, "--device", str(device), "--allow-number", TEST_ALLOW,
+         "--state-dir", str(tmp / "state"), "--listen", f"127.0.0.1:{port}", "--log-level", "debug",
+         "--metadata-timeout-sec", "2"],
+        env=env, stderr=write_end,
+    )
+    os.close(write_end)
+    report["ready"] = until("READY=1")
+    fake.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    report["child_exit"] = child.popen.wait(timeout=20)
+    report["drained_status"] = until("STATUS=drained")
+    report["metrics"] = metrics(port)
+    daemon.send_signal(signal.SIGTERM)
+    with os.fdopen(read_end, "rb") as stream:  # the stream moves again: the daemon writes what it held
+        report["log"] = stream.read().decode(errors="replace")
+    report["daemon_exit"] = daemon.wait(timeout=20)
+    child.close()
+print(json.dumps(report))
+"""
+
+
+@needs_unshare
+def test_a_log_stream_nobody_reads_holds_back_no_signal(tmp_path: Path) -> None:
+    """stderr a full pipe from the start (a stalled journal, a log shipper that hangs): the daemon becomes
+    ready, the job gets its SIGTERM and the drain ends; the lines come out once the stream moves again."""
+    (tmp_path / "empty.toml").write_text("")
+    report = run_driver(DRIVER_STUCK_LOG, tmp_path)
+    assert report["child_exit"] == 0  # its SIGTERM handler ran
+    assert report["drained_status"].startswith("STATUS=drained")
+    assert 'tpu_watchdog_drains_total{outcome="exited"} 1.0' in report["metrics"]
+    assert "SIGTERM to pid" in report["log"]
+    assert report["daemon_exit"] == 0

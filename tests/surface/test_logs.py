@@ -6,8 +6,10 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 
-from watchdog.surface.logs import MESSAGE_IDS, JsonLines, fields, under_systemd
+from tests.support.waiting import wait_for
+from watchdog.surface.logs import MESSAGE_IDS, JsonLines, LogWriter, fields, under_systemd
 
 
 def test_fields_name_the_message_and_prefix_the_rest() -> None:
@@ -58,3 +60,69 @@ def test_a_json_line_has_cloud_loggings_fields_and_the_journals() -> None:
         "kind": "drain_finished",
         "message_id": MESSAGE_IDS["drain_finished"],
     }
+
+
+class Stuck(logging.Handler):
+    """A stream that takes nothing until released, then keeps what it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = threading.Event()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.released.wait()
+        self.lines.append(record.getMessage() + (f"\n{record.exc_text}" if record.exc_text else ""))
+
+
+def test_a_stuck_stream_holds_up_no_caller_and_drops_past_its_bound_counted() -> None:
+    stuck = Stuck()
+    writer = LogWriter(stuck, size=3)
+    drops: list[int] = []
+    writer.on_drop = lambda: drops.append(1)
+    logger = logging.getLogger("tpu-watchdog.test-writer")
+    logger.propagate = False
+    logger.addHandler(writer)
+    try:
+        for i in range(10):  # the first is taken by the writer's thread, stuck in emit; 3 wait; the rest drop
+            logger.warning("line %d", i)
+        wait_for(lambda: writer.dropped >= 6, what="the lines past the bound, dropped")
+        assert writer.dropped == len(drops)
+        stuck.released.set()
+        assert writer.flush_within(10)
+    finally:
+        logger.removeHandler(writer)
+    kept = [line for line in stuck.lines if line.startswith("line ")]
+    assert kept[0] == "line 0"
+    assert len(kept) + writer.dropped == 10
+    assert f"{writer.dropped} log line(s) dropped while the log stream was stuck" in stuck.lines
+
+
+def test_a_line_is_made_where_it_is_logged_traceback_included() -> None:
+    """The writer's thread writes it later: what the arguments named may have changed by then."""
+    released = Stuck()
+    released.released.set()
+    writer = LogWriter(released)
+    logger = logging.getLogger("tpu-watchdog.test-writer-2")
+    logger.propagate = False
+    logger.addHandler(writer)
+    holders = ["a"]
+    try:
+        logger.warning("holders %s", holders)
+        holders.append("b")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logger.exception("failed")
+        assert writer.flush_within(10)
+    finally:
+        logger.removeHandler(writer)
+    assert released.lines[0] == "holders ['a']"
+    assert released.lines[1].startswith("failed\nTraceback")
+    assert "ValueError: boom" in released.lines[1]
+
+
+def test_a_json_line_keeps_a_traceback_made_where_it_was_logged() -> None:
+    record = logging.LogRecord("tpu-watchdog", logging.ERROR, __file__, 1, "failed", None, None)
+    record.exc_text = "Traceback (most recent call last):\nValueError: boom"
+    assert json.loads(JsonLines().format(record))["exception"].endswith("ValueError: boom")

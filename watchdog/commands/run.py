@@ -15,12 +15,23 @@ import logging
 import os
 import signal
 import threading
+from typing import TYPE_CHECKING
 
-from watchdog.config.settings import add_config_arguments, environment_help, load_config, load_config_or_exit
+from watchdog.config.settings import (
+    Config,
+    add_config_arguments,
+    environment_help,
+    load_config,
+    load_config_or_exit,
+)
 from watchdog.daemon.sighup import ReloadRequests
 from watchdog.exitcodes import EXIT_CANTCREAT, EXIT_LOCKED, EXIT_OK
 from watchdog.store.address import remove_listen_address
 
+if TYPE_CHECKING:  # the daemon's modules are imported once the configuration is known good
+    from watchdog.surface.logs import LogWriter
+
+LOG_FLUSH_WAIT = 2.0  # s the last lines get to be written at exit
 LOCK_WAIT = 30.0  # s a second instance waits for the first to stop (systemd and k8s stop it within 15 s)
 
 log = logging.getLogger("tpu-watchdog")
@@ -57,7 +68,22 @@ def run(args: argparse.Namespace) -> int:
 
     from watchdog.surface.logs import setup_logging
 
-    setup_logging(config.log_level, log_format=config.log_format)
+    writer = setup_logging(config.log_level, log_format=config.log_format, background=True)
+    try:
+        return _serve(args, config, environ, stop, reloads, writer)
+    finally:
+        if writer is not None:
+            writer.flush_within(LOG_FLUSH_WAIT)  # a stuck log stream must not keep the daemon from exiting
+
+
+def _serve(
+    args: argparse.Namespace,
+    config: Config,
+    environ: dict[str, str],
+    stop: threading.Event,
+    reloads: ReloadRequests,
+    writer: LogWriter | None,
+) -> int:
     for warning in config.warnings:  # once, at start: a reload's configuration is never asked for them
         log.warning("%s", warning)
     # Heavy imports after the configuration is known good: a typo costs no start-up time.
@@ -76,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             lock.acquire(args.lock_wait, stop)
         wiring = Wiring(
             timeout_sec=args.metadata_timeout_sec, wedge_file=args.test_wedge_file, reloads=reloads,
-            reload_config=lambda: load_config(args, environ),
+            reload_config=lambda: load_config(args, environ), log_writer=writer,
         )  # fmt: skip
         built = build_daemon(config, stop, wiring)
     except StateDirBusyError as error:

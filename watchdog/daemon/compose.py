@@ -20,6 +20,7 @@ from watchdog.core.accelerators import Profile, ProfileChoice
 from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.process import Holder
+from watchdog.core.vocabulary import Output
 from watchdog.daemon.announce import PROGRESS_INTERVAL
 from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
 from watchdog.daemon.gpucheck import CrossChecked
@@ -38,6 +39,7 @@ from watchdog.metadata.transport import MetadataTransport, resolve_metadata_host
 from watchdog.metadata.watch import MetadataWatcher, OnOutputError, WatchEvent, WatchTiming
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
+from watchdog.surface.logs import LogWriter
 from watchdog.surface.metrics import Metrics
 from watchdog.surface.notify import Notifier
 from watchdog.surface.webhooks import BACKOFF, WebhookSender
@@ -67,6 +69,7 @@ class Wiring:
     webhook_backoff: float = BACKOFF  # s before a webhook's second attempt (doubled after)
     progress_interval: float = PROGRESS_INTERVAL  # s between a drain's progress lines
     sys_root: str = SYS  # the sysfs tree that classifies device nodes (a fixture tree in tests)
+    log_writer: LogWriter | None = None  # the daemon's log thread (`run`): its dropped lines are counted
 
 
 @dataclass
@@ -90,6 +93,8 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     host = wiring.metadata_host or resolve_metadata_host(config.metadata_host, os.environ)
     transport = MetadataTransport(host)
     metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
+    if wiring.log_writer is not None:  # a line dropped behind a stuck log stream: an output error
+        wiring.log_writer.on_drop = metrics.output_errors.labels(Output.LOG.value).inc
 
     def watcher_factory(
         emit: Callable[[WatchEvent], None], on_output_error: OnOutputError

@@ -5,6 +5,9 @@ text or (`log_format = "json"`) one JSON object per line with Cloud Logging's `t
 Key messages carry a stable MESSAGE_ID so an SRE can `journalctl MESSAGE_ID=...` across a fleet, and fields
 such as TPU_WATCHDOG_EVENT, TPU_WATCHDOG_STATE, TPU_WATCHDOG_OUTCOME, TPU_WATCHDOG_PID and
 TPU_WATCHDOG_PROCESS. Pass them with `fields(...)` as the `extra=` of a logging call.
+
+The daemon's lines are written by a thread of their own (`LogWriter`): a journal that stalls or a stderr
+pipe nobody reads blocks that thread only, never the loop or a drain about to signal.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 
 from watchdog.core.clock import utc_time
 from watchdog.core.workload import Workload
@@ -82,6 +87,8 @@ class JsonLines(logging.Formatter):
             line["message_id"] = record.__dict__.get("MESSAGE_ID")
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # formatted where it was logged (`LogWriter`)
+            line["exception"] = record.exc_text
         return json.dumps(line, default=str, ensure_ascii=False)
 
 
@@ -97,10 +104,77 @@ def under_systemd(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("JOURNAL_STREAM") or environ.get("INVOCATION_ID"))
 
 
+LOG_QUEUE = 10_000  # lines a stuck log stream may hold back before newer ones are dropped (and counted)
+
+
+class LogWriter(logging.Handler):
+    """Takes each record in the thread that logs and hands it to `target` in a thread of its own, so a
+    stuck journal or a full stderr pipe never holds that thread up. The record is made self-contained first
+    (its message and traceback as text: the objects named may change once the caller goes on). Bounded:
+    with LOG_QUEUE lines waiting, a new one is dropped and `on_drop()` called (the daemon counts it in
+    `tpu_watchdog_output_errors_total{output="log"}`); once the stream moves again one line says how many."""
+
+    def __init__(self, target: logging.Handler, size: int = LOG_QUEUE) -> None:
+        super().__init__()
+        self.target = target
+        self.on_drop: Callable[[], None] = lambda: None
+        self.dropped = 0  # since the daemon started
+        self._unsaid = 0  # dropped since the last line that said so
+        self._queue: queue.Queue[logging.LogRecord | None] = queue.Queue(size)
+        self._thread = threading.Thread(target=self._write, name="log-writer", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            record.msg, record.args = record.getMessage(), None
+            if record.exc_info:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+                record.exc_info = None
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+            self._unsaid += 1
+            self.on_drop()
+        except Exception:  # noqa: BLE001 - a line that cannot be made must not raise into the caller
+            self.dropped += 1
+            self.on_drop()
+
+    def flush_within(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the lines taken so far to be written (at exit); True if they were."""
+        done = threading.Event()
+        record = logging.LogRecord("tpu-watchdog", logging.DEBUG, "", 0, "", None, None)
+        record.flushed = done
+        try:
+            self._queue.put(record, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def _write(self) -> None:
+        while (record := self._queue.get()) is not None:
+            flushed = record.__dict__.get("flushed")
+            if flushed is not None:
+                flushed.set()
+                continue
+            if self._unsaid:
+                said, self._unsaid = self._unsaid, 0
+                note = logging.LogRecord(
+                    "tpu-watchdog", logging.ERROR, "", 0,
+                    "%d log line(s) dropped while the log stream was stuck", (said,), None,
+                )  # fmt: skip
+                self.target.handle(note)
+            self.target.handle(record)  # its own handleError: nothing raises here
+
+
 def setup_logging(
-    level: str = "info", environ: Mapping[str, str] | None = None, log_format: str = "text"
-) -> None:
-    """Under systemd, the journal (whatever `log_format` says: its fields are structured already)."""
+    level: str = "info",
+    environ: Mapping[str, str] | None = None,
+    log_format: str = "text",
+    *,
+    background: bool = False,
+) -> LogWriter | None:
+    """Under systemd, the journal (whatever `log_format` says: its fields are structured already).
+    `background` (the daemon): written by a `LogWriter`, returned."""
     env = os.environ if environ is None else environ
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -113,10 +187,12 @@ def setup_logging(
         handler = logging.StreamHandler(sys.stderr)
         json_lines = log_format == "json"
         handler.setFormatter(JsonLines() if json_lines else UtcText("%(asctime)s %(levelname)s %(message)s"))
-    root.addHandler(handler)
+    writer = LogWriter(handler) if background else None
+    root.addHandler(writer or handler)
     root.setLevel(level.upper())
     # urllib3 logs every retry and connection at DEBUG/WARNING; the watcher reports what matters itself.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
+    return writer
 
 
 def _journal_handler() -> logging.Handler:
