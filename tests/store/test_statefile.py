@@ -132,7 +132,7 @@ def test_a_new_drains_first_wave_is_written_with_its_state_in_one_write(tmp_path
     s.record_intent(OTHER, signal.SIGTERM, name="old")  # the previous drain's: a new drain starts afresh
     writes: list[object] = []
     real = s._write
-    s._write = lambda state, written=None: (writes.append(state), real(state, written))  # type: ignore[method-assign]
+    s._write = lambda state, written=None, durable=True: (writes.append(state), real(state, written, durable))  # type: ignore[method-assign]
     event = Event("ev-2", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 500.0, deadline=800.0)
     s.save_lifecycle([event], ActiveDrain(["ev-2"], 500.0, 800.0), None, on_timeout="kill",
                      intents=[(TERM, "SIGTERM", "trainer")])  # fmt: skip

@@ -292,8 +292,9 @@ class Daemon:
         intents, self._intents = self._intents, []
         self.store.save_lifecycle(
             life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
-            intents=intents, last_dry_run=life.rehearsed, written=self.runner.persisted.set,
+            intents=intents, last_dry_run=life.rehearsed, written=self.runner.persisted.set, durable=False,
         )  # fmt: skip
+        self.runner.writer.sync_soon()  # the fsyncs off the loop: a hung disk must not stop it hearing events
         self.reporter.persistence()  # guarded, as every output below
         self.recorder.seen(life)  # after the state file: the history never delays a signal
         self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end

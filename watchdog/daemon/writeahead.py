@@ -75,7 +75,8 @@ class StateWriter:
                 self._running = True
                 threading.Thread(target=self._run, name="state-writer", daemon=True).start()
 
-    def _sync_soon(self) -> None:
+    def sync_soon(self) -> None:
+        """Make the state file durable in the syncing thread (after a write that skipped its fsyncs)."""
         with self._lock:
             self._unsynced = True
             if not self._syncing:
@@ -99,7 +100,7 @@ class StateWriter:
         while (job := self._next()) is not None:
             try:
                 job()
-                self._sync_soon()
+                self.sync_soon()
                 self._changed()
             except Exception:  # a failed write must not stop the ones after it
                 with contextlib.suppress(Exception):  # nor a failing log line

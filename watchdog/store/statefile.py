@@ -138,6 +138,7 @@ class StateStore:
         intents: Iterable[tuple[ProcessIdentity, int | str, str]] = (),
         last_dry_run: bool = False,
         written: Callable[[], None] | None = None,
+        durable: bool = True,
     ) -> None:
         """The daemon's events and drain as they are now (copied: the lifecycle goes on changing its own),
         and what the drain's deadline does. A new drain (another start time) starts with no signals
@@ -148,7 +149,9 @@ class StateStore:
         signal then, because what is in the page cache is all a restarted daemon can read anyway (a crash of
         the daemon keeps it), and what only a crash of the host loses names processes that died with it (a
         file of another boot is set aside at load). The fsyncs (median 1.8 ms, but hundreds of ms when ext4
-        has other writes to commit: docs/benchmarks.md) so come after the first SIGTERM."""
+        has other writes to commit: docs/benchmarks.md) so come after the first SIGTERM. `durable=False`: no
+        fsyncs here at all (the daemon's loop: `sync()` runs in a thread of its own, so a hung disk never
+        stops the loop from hearing the next event)."""
         saved_events = tuple(replace(e, confirmed=False) for e in events)  # as a reload gives them back
         saved_drain = (
             None if drain is None else replace(drain, event_ids=list(drain.event_ids), cancelling=False)
@@ -168,7 +171,7 @@ class StateStore:
             )  # fmt: skip
             return _with_intents(state, intents, self.clock.wall())
 
-        self._update(change, written)
+        self._update(change, written, durable)
 
     # -- signals (write-ahead) -------------------------------------------------------------------------
 
@@ -244,10 +247,13 @@ class StateStore:
     # -- disk ------------------------------------------------------------------------------------------
 
     def _update(
-        self, change: Callable[[SavedState], SavedState], written: Callable[[], None] | None = None
+        self,
+        change: Callable[[SavedState], SavedState],
+        written: Callable[[], None] | None = None,
+        durable: bool = True,
     ) -> None:
         with self._lock:
-            self._write(change(self._state), written)
+            self._write(change(self._state), written, durable)
 
     def _prepare_dir(self) -> None:
         """Create the directory (0700), or refuse one others could plant files in. A directory that exists

@@ -1,0 +1,59 @@
+"""A state disk that hangs (a stuck fsync) in the middle of an event: the loop goes on hearing the metadata
+server and acting on what it hears. A really stuck disk is not available here: the state store's fsync is
+injected and blocks until the test ends, as fsync(2) on a hung device would. Everything else is real: the
+daemon, the fake metadata server over loopback HTTP, the files, the holder and its signals."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemon_harness import MAINTENANCE, PREEMPTED, DaemonHarness
+from tests.support.workloads import Workloads
+from watchdog.fake.server import FakeMetadataServer
+from watchdog.store.statefile import StateStore
+
+
+class HangingDisk:
+    """fsync as usual until `hang()`; from then on every fsync blocks until the test is over."""
+
+    def __init__(self) -> None:
+        self.hung = threading.Event()
+        self.released = threading.Event()
+        self.calls_while_hung = 0
+
+    def fsync(self, fd: int) -> None:
+        if self.hung.is_set():
+            self.calls_while_hung += 1
+            self.released.wait()
+
+    def hang(self) -> None:
+        self.hung.set()
+
+
+@pytest.fixture
+def disk() -> Iterator[HangingDisk]:
+    hanging = HangingDisk()
+    yield hanging
+    hanging.released.set()
+
+
+def test_a_preemption_during_a_drain_on_a_hung_disk_still_brings_the_sigkill_forward(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, disk: HangingDisk
+) -> None:
+    """Maintenance (grace 30 s) drains a job that stays after its SIGTERM; the disk hangs; a preemption
+    (grace 2 s) must bring its SIGKILL forward. A loop that fsyncs its own state writes would hang in the
+    first one and never hear the preemption: the SIGKILL would come at the 30 s deadline."""
+    stubborn = workloads.start("report")  # says "term" and stays
+    store = StateStore(str(state_dir), fsync=disk.fsync)
+    with DaemonHarness(state_dir, fake, workloads, store=store, maintenance_grace=30.0, preemption_grace=2.0):
+        disk.hang()
+        fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+        stubborn.expect("term")
+        fake.set(PREEMPTED, "TRUE")
+        assert stubborn.popen.wait(timeout=10) == -signal.SIGKILL
+        assert disk.calls_while_hung > 0, "the disk hung before the drain's writes"
