@@ -6,12 +6,14 @@ import logging
 import os
 import stat
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.mounts import tmpfs
+from tests.support.waiting import wait_for
 from watchdog.core.clock import utc_text
 from watchdog.store.history import HISTORY_FILE, LOCK_FILE, DrainHistory, load_entries
 
@@ -123,3 +125,29 @@ def test_a_full_disk_is_loud_never_a_crash_and_nothing_is_lost_once_there_is_roo
         "drain-2",
         "drain-3",
     ]
+
+
+def test_in_the_background_a_hung_disk_holds_up_no_caller_and_nothing_is_lost(tmp_path: Path) -> None:
+    """The daemon's history: its loop appends a drain and goes on; a thread of its own writes it."""
+    released, calls = threading.Event(), []
+
+    def hanging_fsync(fd: int) -> None:
+        calls.append(fd)
+        released.wait()
+
+    changes: list[int] = []
+    history = DrainHistory(
+        str(tmp_path), background=True, fsync=hanging_fsync, changed=lambda: changes.append(1)
+    )
+    history.append(entry(1, outcome=None))  # returns: the writer thread hangs in its fsync
+    wait_for(lambda: calls, what="the writer's fsync, hanging")
+    history.append(entry(1, outcome="exited"))  # and again, while the first write still hangs
+    history.append(entry(2))
+    assert history.find("drain-1") == entry(1, outcome="exited")  # in memory at once
+    assert ids(history) == ["drain-1", "drain-2"]
+    assert changes == []
+    released.set()
+    wait_for(lambda: history.unwritten == 0 and len(changes) >= 2, what="every drain written")
+    again = DrainHistory(str(tmp_path))
+    assert ids(again) == ["drain-1", "drain-2"]
+    assert again.find("drain-1") == entry(1, outcome="exited")

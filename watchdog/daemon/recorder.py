@@ -48,9 +48,12 @@ class DrainRecorder:
         """The history of `store`'s directory; the drain `saved` had that `lifecycle` will not resume is
         written to it at once (see `restored`). `host`: the identity's labels as known now (`StatusView`);
         each entry names its host by them (the fields of a webhook's `host`, the known ones)."""
-        self.history = DrainHistory(store.dir, clock=clock)
         self.store, self.config, self.metrics, self.clock, self.host = store, config, metrics, clock, host
         self.outputs = outputs
+        # Written in a thread of its own, on the state file's disk: a hung disk never stops the loop.
+        self.history = DrainHistory(
+            store.dir, clock=clock, background=True, fsync=store.fsync, changed=self._persisted
+        )
         self._recorded: set[str] = set()  # drains of this run whose start is in the history
         self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
         self._next_retry = 0.0

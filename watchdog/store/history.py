@@ -14,6 +14,10 @@ an flock(2) on `STATE_DIR/.history.lock` (never the daemon's lock on the directo
 wait on), and a rewrite first re-reads the file under that lock and keeps the drains it did not write
 itself, so the daemon's rotation never drops a drill's line. A lock another process holds past `LOCK_WAIT`
 is a failed write like a full disk (kept in memory, tried again): the daemon never hangs on it.
+
+The daemon's history writes in the background (`background=True`): a drain is in memory (`find`, `recent`)
+at once, and a thread of its own appends and fsyncs it, so a hung disk never stops the loop that records
+it. `changed()` is called after each attempt (the daemon's `history_persisted` gauge).
 """
 
 from __future__ import annotations
@@ -101,15 +105,26 @@ class DrainHistory:
     from nothing in memory (a drill, which only adds its drain with `write`)."""
 
     def __init__(
-        self, state_dir: str, *, clock: Clock | None = None, keep: int = KEEP, load: bool = True
+        self,
+        state_dir: str,
+        *,
+        clock: Clock | None = None,
+        keep: int = KEEP,
+        load: bool = True,
+        background: bool = False,
+        fsync: Callable[[int], None] = os.fsync,
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.dir = os.path.abspath(state_dir)
         self.path = os.path.join(self.dir, HISTORY_FILE)
         self.clock: Clock = clock or SystemClock()
         self.keep = keep
         self.write_error: OSError | None = None
-        self._lock = threading.Lock()
-        self._unwritten: list[Entry] = []  # appended in memory, not yet on disk (a failed write)
+        self._lock = threading.Lock()  # what is in memory: held for moments only, never across I/O
+        self._disk = threading.Lock()  # one write at a time
+        self._fsync, self._changed, self._background = fsync, changed, background
+        self._dirty = self._flushing = False  # the background writer: asked again, running
+        self._unwritten: list[Entry] = []  # in memory, not yet on disk (being written, or a failed write)
         self._lines = 0
         self._entries: tuple[Entry, ...] = ()
         if load:
@@ -142,24 +157,25 @@ class DrainHistory:
         return next((e for e in reversed(self._entries) if e.get("id") == drain_id), None)
 
     def append(self, entry: Mapping[str, object]) -> None:
-        """Add or replace (same id) a drain: in memory at once, on disk now or at the next chance."""
+        """Add or replace (same id) a drain: in memory at once, on disk now (in the background: soon) or
+        at the next chance."""
         with self._lock:
             self._remember(entry)
-            self._flush()
+        self._write_soon()
 
     def write(self, entry: Mapping[str, object]) -> None:
         """Add a drain and write it now, or raise the OSError that stopped it: for a process that records
         one drain and says itself when it could not (a drill). Reads the file under the lock first, so its
         rotation, if due, keeps everyone's drains."""
-        with self._lock:
-            self._remember(entry)
+        with self._disk:
+            with self._lock:
+                self._remember(entry)
             self._write(reread=True)
 
     def retry(self) -> None:
         """Write what a failed write left in memory (the loop calls this now and then)."""
-        with self._lock:
-            if self._unwritten:
-                self._flush()
+        if self._unwritten:
+            self._write_soon()
 
     @property
     def unwritten(self) -> int:
@@ -171,7 +187,36 @@ class DrainHistory:
         self._entries = (*others, entry)[-self.keep :]
         self._unwritten = [e for e in self._unwritten if e.get("id") != entry["id"]] + [entry]
 
+    def _write_soon(self) -> None:
+        if not self._background:
+            self._flush()
+            return
+        with self._lock:
+            self._dirty = True
+            if self._flushing:
+                return  # the running writer looks again before it ends
+            self._flushing = True
+        threading.Thread(target=self._write_in_background, name="history-writer", daemon=True).start()
+
+    def _write_in_background(self) -> None:
+        while True:
+            with self._lock:
+                if not self._dirty:
+                    self._flushing = False
+                    return
+                self._dirty = False
+            try:
+                self._flush()
+            except Exception:  # a bug here must not end the writer with drains unwritten
+                log.exception("history: writing %s failed", self.path)
+
     def _flush(self) -> None:
+        with self._disk:
+            self._flush_locked()
+        with contextlib.suppress(Exception):  # an output's failure is its own to report
+            self._changed()
+
+    def _flush_locked(self) -> None:
         try:
             self._write(reread=False)
         except OSError as error:
@@ -187,16 +232,23 @@ class DrainHistory:
         self.write_error = None
 
     def _write(self, *, reread: bool) -> None:
-        """Under the lock: append what is unwritten, or rewrite the whole file when it is due."""
+        """Holding `_disk`: append what is unwritten, or rewrite the whole file when it is due. A drain
+        remembered meanwhile stays unwritten, for the next write."""
         with self._locked():
             if reread:
                 self._merge()
-            if self._lines + len(self._unwritten) > self.keep + self.keep // 2 or self._size() > MAX_BYTES:
+            with self._lock:
+                pending = list(self._unwritten)
+            if not pending:
+                return
+            if self._lines + len(pending) > self.keep + self.keep // 2 or self._size() > MAX_BYTES:
                 self._rewrite()
             else:
-                self._append(b"".join(_line(e) for e in self._unwritten))
-                self._lines += len(self._unwritten)
-        self._unwritten = []
+                self._append(b"".join(_line(e) for e in pending))
+                self._lines += len(pending)
+        written = {id(e) for e in pending}
+        with self._lock:
+            self._unwritten = [e for e in self._unwritten if id(e) not in written]
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -227,10 +279,11 @@ class DrainHistory:
             if error.errno != errno.ELOOP:
                 raise
             on_disk = []  # a symlink: never read, and the rewrite replaces it
-        mine = {e.get("id") for e in self._entries}
-        merged = [*self._entries, *(e for e in on_disk if e.get("id") not in mine)]
-        merged.sort(key=_started)  # stable: equal starts keep their order
-        self._entries = tuple(merged)
+        with self._lock:
+            mine = {e.get("id") for e in self._entries}
+            merged = [*self._entries, *(e for e in on_disk if e.get("id") not in mine)]
+            merged.sort(key=_started)  # stable: equal starts keep their order
+            self._entries = tuple(merged)
 
     def _size(self) -> int:
         try:
@@ -250,7 +303,7 @@ class DrainHistory:
             written = os.write(fd, data)
             if written != len(data):
                 raise OSError(errno.ENOSPC, "short write", self.path)
-            os.fsync(fd)
+            self._fsync(fd)
         finally:
             os.close(fd)
 
@@ -259,9 +312,10 @@ class DrainHistory:
         and under MAX_BYTES; first take in what other processes wrote since this one last looked."""
         self._merge()
         now = self.clock.wall()
-        writing = {e.get("id") for e in self._unwritten}
-        kept = [e for e in self._entries[:-1] if e.get("id") in writing or now - _started(e) <= MAX_AGE]
-        kept += list(self._entries[-1:])
+        with self._lock:
+            entries, writing = self._entries, {e.get("id") for e in self._unwritten}
+        kept = [e for e in entries[:-1] if e.get("id") in writing or now - _started(e) <= MAX_AGE]
+        kept += list(entries[-1:])
         while len(kept) > self.keep:  # the oldest first, but never the newest nor one being written
             kept.pop(next((i for i, e in enumerate(kept[:-1]) if e.get("id") not in writing), 0))
         lines = [_line(e) for e in kept]
@@ -273,7 +327,7 @@ class DrainHistory:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(b"".join(lines))
                 handle.flush()
-                os.fsync(handle.fileno())
+                self._fsync(handle.fileno())
             os.replace(temp, self.path)
         except OSError:
             with contextlib.suppress(OSError):
@@ -281,11 +335,13 @@ class DrainHistory:
             raise
         dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            os.fsync(dir_fd)
+            self._fsync(dir_fd)
         finally:
             os.close(dir_fd)
         self._lines = len(lines)
-        self._entries = tuple(kept)
+        dropped = {id(e) for e in entries} - {id(e) for e in kept}
+        with self._lock:  # what was remembered meanwhile stays
+            self._entries = tuple(e for e in self._entries if id(e) not in dropped)
 
     def _set_aside(self) -> None:
         stamp = int(self.clock.wall())

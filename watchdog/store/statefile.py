@@ -112,7 +112,7 @@ class StateStore:
         fsync: Callable[[int], None] = os.fsync,
     ) -> None:
         self.dir = os.path.abspath(state_dir)
-        self._fsync = fsync  # injected: a test's stuck disk (tests/daemon/test_writeahead.py)
+        self.fsync = fsync  # injected: a test's stuck disk; the history (same disk) uses it too
         self.path = os.path.join(self.dir, STATE_FILE)
         self.boot_id = read_boot_id() if boot_id is None else boot_id
         self.clock: Clock = clock or SystemClock()
@@ -235,7 +235,7 @@ class StateStore:
         except OSError:
             return  # not written (yet), or gone: nothing to make durable
         try:
-            self._fsync(fd)
+            self.fsync(fd)
         finally:
             os.close(fd)
         self._fsync_dir()
@@ -313,13 +313,13 @@ class StateStore:
                 handle.write(data)
                 handle.flush()
                 if durable and not notify:
-                    self._fsync(handle.fileno())
+                    self.fsync(handle.fileno())
                 os.replace(temp, self.path)
                 temp, self._state = "", state
                 if notify:
                     notify.pop()()
                 if durable and written is not None:
-                    self._fsync(handle.fileno())
+                    self.fsync(handle.fileno())
             if durable:
                 self._fsync_dir()
         except OSError as error:
@@ -340,7 +340,7 @@ class StateStore:
     def _fsync_dir(self) -> None:
         fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            self._fsync(fd)
+            self.fsync(fd)
         finally:
             os.close(fd)
 
