@@ -6,7 +6,6 @@ once got TPU_WATCHDOG_HOOKS_ON_DRAIN_END).
 
 from __future__ import annotations
 
-import difflib
 import re
 
 from watchdog.config.schema import ENV_PREFIX
@@ -18,6 +17,8 @@ def _words(name: str) -> list[str]:
 
 def _word_like(typed: str, known: str) -> bool:
     """The same word give or take a typo: a letter off (grce, hook), or two swapped (drian)."""
+    import difflib  # only with a name to suggest for: every command that reads the config starts without it
+
     return sorted(typed) == sorted(known) or difflib.SequenceMatcher(None, typed, known).ratio() >= 0.75
 
 
@@ -30,6 +31,8 @@ def suggest(unknown: str, known: list[str]) -> str:
     sends the reader the wrong way): the one spelled almost the same, underscores aside (LOGLEVEL), else
     the fewest-worded names holding each of its words (GRACE: both graces), else the names it holds whole
     (LISTEN_ADDR), if there are at most three."""
+    import difflib  # as in `_word_like`
+
     typed = _words(unknown)
     if not typed or all(len(w) < 3 for w in typed):
         return ""
