@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from watchdog.core.process import ProcessIdentity
+from watchdog.store.coalesced import Coalesced
 from watchdog.store.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
@@ -36,7 +37,7 @@ class StateWriter:
         self._jobs: collections.deque[Callable[[], None]] = collections.deque()
         self._lock = threading.Lock()
         self._running = False
-        self._unsynced, self._syncing = False, False
+        self._syncer = Coalesced(store.sync, "state-syncer", "making the state file durable")
 
     def intents(
         self, intents: Sequence[tuple[ProcessIdentity, int, str]], wait: float = WRITE_AHEAD_WAIT
@@ -76,25 +77,9 @@ class StateWriter:
                 threading.Thread(target=self._run, name="state-writer", daemon=True).start()
 
     def sync_soon(self) -> None:
-        """Make the state file durable in the syncing thread (after a write that skipped its fsyncs)."""
-        with self._lock:
-            self._unsynced = True
-            if not self._syncing:
-                self._syncing = True
-                threading.Thread(target=self._sync, name="state-syncer", daemon=True).start()
-
-    def _sync(self) -> None:
-        while True:
-            with self._lock:
-                if not self._unsynced:
-                    self._syncing = False
-                    return
-                self._unsynced = False
-            try:
-                self._store.sync()
-            except Exception:  # the next write tries again; the file is in the page cache meanwhile
-                with contextlib.suppress(Exception):
-                    log.exception("making the state file durable failed")
+        """Make the state file durable in the syncing thread (after a write that skipped its fsyncs); a
+        failed fsync is tried again at the next write, the file is in the page cache meanwhile."""
+        self._syncer.soon()
 
     def _run(self) -> None:
         while (job := self._next()) is not None:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 from watchdog.core.clock import Clock, SystemClock, parse_utc_text
+from watchdog.store.coalesced import Coalesced
 
 HISTORY_FILE = "history.jsonl"
 LOCK_FILE = ".history.lock"  # flock(2)ed around every write, by the daemon and by a drill
@@ -123,7 +124,7 @@ class DrainHistory:
         self._lock = threading.Lock()  # what is in memory: held for moments only, never across I/O
         self._disk = threading.Lock()  # one write at a time
         self._fsync, self._changed, self._background = fsync, changed, background
-        self._dirty = self._flushing = False  # the background writer: asked again, running
+        self._writer = Coalesced(self._flush, "history-writer", f"history: writing {self.path}")
         self._unwritten: list[Entry] = []  # in memory, not yet on disk (being written, or a failed write)
         self._lines = 0
         self._entries: tuple[Entry, ...] = ()
@@ -188,27 +189,10 @@ class DrainHistory:
         self._unwritten = [e for e in self._unwritten if e.get("id") != entry["id"]] + [entry]
 
     def _write_soon(self) -> None:
-        if not self._background:
+        if self._background:
+            self._writer.soon()
+        else:
             self._flush()
-            return
-        with self._lock:
-            self._dirty = True
-            if self._flushing:
-                return  # the running writer looks again before it ends
-            self._flushing = True
-        threading.Thread(target=self._write_in_background, name="history-writer", daemon=True).start()
-
-    def _write_in_background(self) -> None:
-        while True:
-            with self._lock:
-                if not self._dirty:
-                    self._flushing = False
-                    return
-                self._dirty = False
-            try:
-                self._flush()
-            except Exception:  # a bug here must not end the writer with drains unwritten
-                log.exception("history: writing %s failed", self.path)
 
     def _flush(self) -> None:
         with self._disk:
