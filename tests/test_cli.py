@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from watchdog import __version__
-from watchdog.cli import main
+from watchdog.cli import COMMANDS, main
 from watchdog.exitcodes import EXIT_USAGE
 
 
@@ -93,3 +94,19 @@ def test_a_daemon_flag_status_does_not_use_is_a_usage_error(capsys: pytest.Captu
         main(["status", "--on-timeout", "bogus"])
     assert exited.value.code == EXIT_USAGE  # not 78: it is not a setting status reads
     assert "unrecognized arguments: --on-timeout bogus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_the_readme_lists_config_for_every_command_that_reads_it(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command that reads the daemon's configuration (the metadata host, the device patterns, the state
+    dir) takes --config, and the README's command table says so: drill's and readiness's rows once hid it."""
+    with pytest.raises(SystemExit) as exited:
+        main([name, "--help"])
+    assert exited.value.code == 0
+    takes = "--config" in capsys.readouterr().out
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [row] = [line for line in readme.splitlines() if line.startswith(f"| `tpu-watchdog {name} ")]
+    command = row.split("|")[1]
+    assert takes == ("--config F" in command or "[flags]" in command), command

@@ -132,11 +132,21 @@ def test_status_from_the_state_file_mid_drain_names_who_was_signalled(
 
 
 def test_status_without_daemon_or_state_is_exit_1(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()  # the daemon's state dir, before it ever ran
     shown = status(tmp_path, "127.0.0.1:1")
     assert shown.returncode == 1
     assert "no usable state file" in shown.stderr
     assert "`systemctl status tpu-watchdog`" in shown.stderr
     assert "Errno" not in shown.stderr
+
+
+def test_a_state_dir_that_does_not_exist_is_named_as_such(tmp_path: Path) -> None:
+    """A mistyped --state-dir once read as a daemon that never ran ("no usable state file")."""
+    shown = status(tmp_path, "127.0.0.1:1")
+    assert shown.returncode == 1
+    assert f"no state directory {tmp_path / 'state'} either" in shown.stderr
+    assert "point --state-dir" in shown.stderr
+    assert "no usable state file" not in shown.stderr
 
 
 def test_status_shows_each_holders_sigterm_and_the_slice(

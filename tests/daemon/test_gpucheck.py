@@ -16,7 +16,9 @@ from tests.support.waiting import wait_for
 from watchdog.config.settings import default_config
 from watchdog.core.accelerators import Profile
 from watchdog.daemon.gpucheck import CrossChecked
+from watchdog.daemon.outputs import Outputs
 from watchdog.host.holders import scanner_for
+from watchdog.surface.metrics import Metrics
 
 
 class StandInNvml:
@@ -49,7 +51,7 @@ def stop() -> Iterator[threading.Event]:
 
 def checked(host: StandInGpuHost, nvml: StandInNvml, stop: threading.Event) -> CrossChecked:
     config = dataclasses.replace(default_config(), nvidia_devices=(host.pattern,))
-    return CrossChecked(scanner_for(config, Profile.NVIDIA_GPU), nvml, stop)
+    return CrossChecked(scanner_for(config, Profile.NVIDIA_GPU), nvml, stop, outputs=Outputs(Metrics()))
 
 
 def test_who_one_sees_and_the_other_does_not_is_said_once(

@@ -35,7 +35,13 @@ from watchdog.core.devices import notes_text
 from watchdog.core.drain_record import Death, DrainRecord, End, Loss, ProcessRecord, SignalResult
 from watchdog.core.lifecycle import drain_id_at
 from watchdog.core.process import Holder
-from watchdog.core.vocabulary import DRILL_EVENT_KEY, DRILL_EVENT_VALUE, Outcome, SigtermDisposition
+from watchdog.core.vocabulary import (
+    DRILL_EVENT_KEY,
+    DRILL_EVENT_VALUE,
+    SIGTERM_UNKNOWN,
+    Outcome,
+    SigtermDisposition,
+)
 from watchdog.exitcodes import (
     EXIT_DRILL_DECLINED,
     EXIT_DRILL_DRY_RUN,
@@ -92,14 +98,20 @@ def would_signal(holders: Sequence[Holder], on_timeout: str, grace: float) -> li
 
 def _would_happen(holder: Holder, on_timeout: str, grace: float) -> str:
     """What a real drain would do to `holder`, from its SIGTERM disposition (seen now, no signal sent)."""
-    kill = "SIGKILL" if on_timeout == "kill" else "left running, reported"
     if holder.sigterm is SigtermDisposition.DEFAULT:
         return "would get SIGTERM now and die of it at once: it has no handler, so it would save nothing"
     if holder.sigterm is SigtermDisposition.IGNORED:
-        return f"would get SIGTERM now and ignore it: after {grace:.0f} s, {kill} (its progress lost)"
+        if on_timeout == "kill":
+            return f"would get SIGTERM now and ignore it: after {grace:.0f} s, SIGKILL (its progress lost)"
+        return (
+            f"would get SIGTERM now and ignore it: after {grace:.0f} s, left running and reported "
+            "(on_timeout = leave); the maintenance then stops it, unsaved"
+        )
     then = "SIGKILL if it still holds a device" if on_timeout == "kill" else "reported if it still holds"
-    handler = " (it has a handler)" if holder.sigterm is SigtermDisposition.CAUGHT else ""
-    return f"would get SIGTERM now{handler}, then after {grace:.0f} s: {then}"
+    if holder.sigterm is SigtermDisposition.CAUGHT:
+        return f"would get SIGTERM now (it has a handler), then after {grace:.0f} s: {then}"
+    unknown = f"what it does with it unknown ({SIGTERM_UNKNOWN})"
+    return f"would get SIGTERM now, {unknown}; after {grace:.0f} s: {then}"
 
 
 def confirmed(count: int, grace: float, on_timeout: str) -> bool:

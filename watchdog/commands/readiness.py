@@ -25,7 +25,7 @@ from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.core.accelerators import agent_note
 from watchdog.core.devices import notes_text
 from watchdog.core.process import Holder
-from watchdog.core.vocabulary import SigtermDisposition
+from watchdog.core.vocabulary import SIGTERM_UNKNOWN, SigtermDisposition
 from watchdog.exitcodes import EXIT_LOST, EXIT_NOTHING_TO_DRILL, EXIT_OK
 
 if TYPE_CHECKING:  # the scan is imported in run(): --help starts without it
@@ -39,7 +39,7 @@ VERDICTS: dict[SigtermDisposition | None, tuple[bool, str]] = {
                                  "at once, before any save (a JAX job needs jax.distributed.initialize())"),
     SigtermDisposition.IGNORED: (False, "WOULD BE KILLED AT THE DEADLINE: SIGTERM is ignored, so it runs on "
                                  "until SIGKILL, saving nothing on the way"),
-    None: (False, "UNKNOWN: /proc/PID/status did not show its signal masks (run as root?)"),
+    None: (False, f"UNKNOWN: {SIGTERM_UNKNOWN}"),
 }  # fmt: skip
 CANNOT_KNOW = (
     "What this cannot know: 'caught' proves a handler, not a checkpoint. A Python signal handler installed "

@@ -139,6 +139,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             saved = from_state_file(config.state_dir)
         except (OSError, ValueError) as file_error:
+            if not os.path.isdir(config.state_dir):  # a mistyped --state-dir is not a daemon yet to run
+                sys.stderr.write(
+                    f"no state directory {config.state_dir} either: the daemon keeps its state file there; "
+                    "point --state-dir (or state_dir in the configuration) at the daemon's state directory\n"
+                )
+                return EXIT_NO_ANSWER
             what = "none there" if isinstance(file_error, FileNotFoundError) else _why(file_error)
             if isinstance(file_error, ValueError):
                 what = f"not the JSON object it writes: {file_error}"

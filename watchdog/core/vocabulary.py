@@ -40,6 +40,10 @@ class SigtermDisposition(str, enum.Enum):
     DEFAULT = "default"  # the kernel's default action: it dies at once, nothing saved
 
 
+# Why a holder's disposition is None: said by `readiness` and `drill` alike.
+SIGTERM_UNKNOWN = "/proc/PID/status did not show its signal masks (run as root?)"
+
+
 class ProcessEnd(str, enum.Enum):
     """How one process of a drain ended, the one word every surface uses (the history's and /status's
     `end`, the webhook's, the log line's): how it died, when known, is its exit status beside it."""

@@ -26,6 +26,7 @@ from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
 from watchdog.daemon.gpucheck import CrossChecked
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
+from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.profile import host_profile, say_profile
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.sighup import ReloadRequests
@@ -93,6 +94,7 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     host = wiring.metadata_host or resolve_metadata_host(config.metadata_host, os.environ)
     transport = MetadataTransport(host)
     metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
+    outputs = Outputs(metrics)  # the daemon's one guard, from the first line said while building it
     if wiring.log_writer is not None:  # a line dropped behind a stuck log stream: an output error
         wiring.log_writer.on_drop = metrics.output_errors.labels(Output.LOG.value).inc
 
@@ -106,10 +108,10 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
 
     senders = functools.partial(webhook_sender, metrics=metrics, backoff=wiring.webhook_backoff)
     production, choice = host_scanner(config, transport, wiring.sys_root)
-    say_profile(choice, config)
+    say_profile(choice, config, outputs)
     scanner = wiring.scanner or (wiring.narrow(production) if wiring.narrow else production)
     if choice.profile is Profile.NVIDIA_GPU:
-        scanner = gpu_cross_checked(scanner, wiring.gpus, stop)
+        scanner = gpu_cross_checked(scanner, wiring.gpus, stop, outputs)
     daemon = Daemon(
         config,
         stop=stop,
@@ -121,6 +123,7 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         hooks=HookRunner.from_config(config),
         notifier=wiring.notifier or Notifier(),
         metrics=metrics,
+        outputs=outputs,
         reloader=Reloader(wiring.reload_config or (lambda: config), senders),
         clock=wiring.clock,
         identity=(lambda paths: fetch_identity(transport, paths)) if wiring.host_info else None,
@@ -135,15 +138,20 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     return Built(daemon, transport, metrics, store, host)
 
 
-def gpu_cross_checked(scanner: Scanner, gpus: GpuProcesses | None, stop: threading.Event) -> Scanner:
+def gpu_cross_checked(
+    scanner: Scanner, gpus: GpuProcesses | None, stop: threading.Event, outputs: Outputs
+) -> Scanner:
     """`scanner` cross-checked with NVML (`gpus`, else the real one); without NVML, said once, unchanged."""
     if gpus is None:
         gpus, why = Nvml.open()
+        with outputs.guarded(Output.LOG):
+            if gpus is None:
+                log.info("GPU cross-check with NVML off: %s; the holder scan decides alone", why)
+            else:
+                log.info("GPU cross-check with NVML on: %s", why)
         if gpus is None:
-            log.info("GPU cross-check with NVML off: %s; the holder scan decides alone", why)
             return scanner
-        log.info("GPU cross-check with NVML on: %s", why)
-    return CrossChecked(scanner, gpus, stop)
+    return CrossChecked(scanner, gpus, stop, outputs=outputs)
 
 
 def webhook_sender(urls: Sequence[str], metrics: Metrics, backoff: float = BACKOFF) -> WebhookSender | None:

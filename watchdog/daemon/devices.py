@@ -13,10 +13,11 @@ import logging
 from collections.abc import Callable, Sequence
 
 from watchdog.core.devices import notes
+from watchdog.core.vocabulary import Output
+from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.view import StatusView
 from watchdog.host.devices import DeviceSet
 from watchdog.surface.logs import fields
-from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -29,22 +30,25 @@ class DeviceWatch:
         find: Callable[[], DeviceSet],
         patterns: Sequence[str],
         view: StatusView,
-        metrics: Metrics,
+        outputs: Outputs,
         interval: float = DEVICE_CHECK,
     ) -> None:
-        self._find, self.patterns, self._view, self._metrics = find, tuple(patterns), view, metrics
+        self._find, self.patterns, self._view, self._outputs = find, tuple(patterns), view, outputs
         self._interval = interval
         self._next = 0.0
         self._said: tuple[object, ...] | None = None  # what the last look found, as last said
 
     def check(self, now: float) -> None:
-        """Look again when due (the first call always looks): show what matched; say it when it changed."""
+        """Look again when due (the first call always looks): show what matched; say it when it changed.
+        /status, the gauge and each line are guarded apart: one that fails leaves the others told."""
         if now < self._next:
             return
         self._next = now + self._interval
         found = self._find()
-        self._view.devices = found.matched
-        self._metrics.devices.set(len(found.nodes))
+        with self._outputs.guarded(Output.STATUS):
+            self._view.devices = found.matched
+        with self._outputs.guarded(Output.METRICS):
+            self._outputs.metrics.devices.set(len(found.nodes))
         seen = tuple((m.path, m.number, m.judgement) for m in found.matched)
         if seen != self._said:
             self._say(found, first=self._said is None)
@@ -52,18 +56,20 @@ class DeviceWatch:
 
     def _say(self, found: DeviceSet, first: bool) -> None:
         nodes = found.nodes
-        if nodes:
-            log.info(
-                "%s %d TPU device node(s): %s", "watching" if first else "now watching", len(nodes),
-                "; ".join(node.describe() for node in nodes),
-            )  # fmt: skip
-        else:
-            log.warning(
-                "no TPU device node matches the device patterns (%s)%s: this host protects nothing (no "
-                "process can be a TPU holder); fix devices.patterns (devices.nvidia_patterns on a GPU VM: "
-                "docs/gpu-vms.md), or see docs/devices.md",
-                " ".join(self.patterns), "" if first else " any more",
-                extra=fields("no_devices"),
-            )  # fmt: skip
+        with self._outputs.guarded(Output.LOG):
+            if nodes:
+                log.info(
+                    "%s %d TPU device node(s): %s", "watching" if first else "now watching", len(nodes),
+                    "; ".join(node.describe() for node in nodes),
+                )  # fmt: skip
+            else:
+                log.warning(
+                    "no TPU device node matches the device patterns (%s)%s: this host protects nothing (no "
+                    "process can be a TPU holder); fix devices.patterns (devices.nvidia_patterns on a GPU "
+                    "VM: docs/gpu-vms.md), or see docs/devices.md",
+                    " ".join(self.patterns), "" if first else " any more",
+                    extra=fields("no_devices"),
+                )  # fmt: skip
         for warning, sentence in notes(found.matched):
-            log.log(logging.WARNING if warning else logging.INFO, "%s", sentence)
+            with self._outputs.guarded(Output.LOG):
+                log.log(logging.WARNING if warning else logging.INFO, "%s", sentence)

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.core.accelerators import CrossCheck, cross_check
+from watchdog.core.vocabulary import Output
 from watchdog.daemon.drain import Scanner
+from watchdog.daemon.outputs import Outputs
 from watchdog.host.nvml import GpuProcesses
 
 log = logging.getLogger("tpu-watchdog")
@@ -32,10 +34,13 @@ class CrossChecked:
         inner: Scanner,
         gpus: GpuProcesses,
         stop: threading.Event,
+        *,
+        outputs: Outputs,
         interval: float = CROSS_CHECK_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner, self.gpus, self.stop, self.interval, self.clock = inner, gpus, stop, interval, clock
+        self.outputs = outputs
         self._latest: Any = None
         self._next = 0.0
         self._said: CrossCheck | None = None
@@ -75,13 +80,15 @@ class CrossChecked:
         except OSError as exc:
             if not self._failed:
                 self._failed = True
-                log.warning("GPU cross-check: %s; the scan alone decides, as always", exc)
+                with self.outputs.guarded(Output.LOG):  # the check's thread outlives its lines
+                    log.warning("GPU cross-check: %s; the scan alone decides, as always", exc)
             return None
         self._failed = False
         seen = [*result.holders, *getattr(result, "agents", ())]
         check = cross_check((h.pid for h in seen), listed)
         if check and check != self._said:
             for sentence in check.sentences({h.pid: h.name for h in seen}):
-                log.warning("GPU cross-check: %s", sentence)
+                with self.outputs.guarded(Output.LOG):
+                    log.warning("GPU cross-check: %s", sentence)
         self._said = check
         return check

@@ -89,6 +89,7 @@ class Daemon:
         notifier: Notifier,
         metrics: Metrics,
         reloader: Reloader,
+        outputs: Outputs | None = None,  # None: a guard of its own on `metrics`
         clock: Clock | None = None,
         identity: Fetch | None = None,
         wedge_file: str | None = None,
@@ -99,7 +100,7 @@ class Daemon:
         self.config, self.stop, self.clock = config, stop, clock or SystemClock()
         self.policy = policy_from_config(config)
         self.scanner, self.store, self.hooks, self.notifier = scanner, store, hooks, notifier
-        self.metrics, self.outputs = metrics, Outputs(metrics)  # every output below is guarded by outputs
+        self.metrics, self.outputs = metrics, outputs or Outputs(metrics)  # every output below is guarded
         self.inbox: queue.Queue[WatchEvent | DrainDone | ReloadAsked | None] = queue.Queue()  # None: stop
         self.reloader = reloader  # SIGHUP: what a reload reads, and how it builds a webhook sender
         self.watcher = watcher_factory(self.inbox.put, functools.partial(self.outputs.failed, Output.LOG))
@@ -115,7 +116,9 @@ class Daemon:
         self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action, self.outputs)
         self._identity = identity
-        self.notice_timing = NoticeTiming(lambda: self.view.values, self.lifecycle, lambda: self.policy)
+        self.notice_timing = NoticeTiming(
+            lambda: self.view.values, self.lifecycle, lambda: self.policy, self.outputs
+        )
         self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
         self.announce = Announcer(config, hooks, self.notices, metrics, self.outputs)
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
@@ -138,7 +141,7 @@ class Daemon:
             self.lifecycle, self.clock.wall(), confirm_wait, saved.unconfirmed(), outputs=self.outputs
         )
         self.departures = Departures(metrics, self.outputs)
-        self.devices = DeviceWatch(devices, patterns or config.devices, self.view, metrics)
+        self.devices = DeviceWatch(devices, patterns or config.devices, self.view, self.outputs)
         # Set again whenever the lifecycle changes, and on each tick.
         self._refresh_admission()
 
@@ -211,7 +214,8 @@ class Daemon:
             if self.reporter.metadata_unsupported(message.key):
                 # It answered in this run: a passing 404 (a server hiccup) is no reason to drop an event.
                 return  # (the watch's own line says the 404)
-            log.debug("metadata %s: unsupported (the watch said so)", message.key)
+            with self.outputs.guarded(Output.LOG):  # the event below must clear whatever this line does
+                log.debug("metadata %s: unsupported (the watch said so)", message.key)
             # A key this machine lacks asks for nothing: an event of it (restored from the state file)
             # would otherwise never clear.
             self._apply(self.lifecycle.observe(source, None, self.clock.wall()))

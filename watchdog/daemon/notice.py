@@ -16,7 +16,8 @@ from watchdog.core.clock import utc_time
 from watchdog.core.lifecycle import Action, Lifecycle, Trigger
 from watchdog.core.metadata_values import MaintenanceEvent, UpcomingMaintenance, WatchedValue
 from watchdog.core.policy import Policy, maintenance_drain_due, trigger, upcoming_drain_due
-from watchdog.core.vocabulary import MAINTENANCE_EVENT, UPCOMING_MAINTENANCE
+from watchdog.core.vocabulary import MAINTENANCE_EVENT, UPCOMING_MAINTENANCE, Output
+from watchdog.daemon.outputs import Outputs
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -30,8 +31,9 @@ class NoticeTiming:
         values: Callable[[], Mapping[str, WatchedValue]],
         lifecycle: Lifecycle,
         policy: Callable[[], Policy],
+        outputs: Outputs,
     ) -> None:
-        self.values, self.lifecycle, self.policy = values, lifecycle, policy
+        self.values, self.lifecycle, self.policy, self.outputs = values, lifecycle, policy, outputs
         self._said: tuple[str, float] | None = None
 
     def verdict(self, source: str, value: WatchedValue, now: float) -> Trigger | None:
@@ -45,11 +47,12 @@ class NoticeTiming:
             due = maintenance_drain_due(value, policy, now, window)
             if due is not None and now < due and self._said != (value.raw, due):
                 self._said = (value.raw, due)
-                log.info(
-                    "maintenance-event %s: SIGTERM at %s, %.0f s before the maintenance window starts "
-                    '(events.maintenance_sigterm = "before-window")',
-                    value.raw, utc_time(due), policy.maintenance_lead,
-                )  # fmt: skip
+                with self.outputs.guarded(Output.LOG):  # the verdict stands whatever its line does
+                    log.info(
+                        "maintenance-event %s: SIGTERM at %s, %.0f s before the maintenance window starts "
+                        '(events.maintenance_sigterm = "before-window")',
+                        value.raw, utc_time(due), policy.maintenance_lead,
+                    )  # fmt: skip
         return trigger(value, policy, now, window)
 
     def due(self, now: float) -> list[Action]:

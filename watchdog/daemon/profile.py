@@ -13,6 +13,8 @@ import logging
 from watchdog.config.settings import Config
 from watchdog.core.accelerators import AUTO, HostFacts, ProfileChoice, choose_profile
 from watchdog.core.identity import ACCELERATOR_TYPE, MACHINE_TYPE
+from watchdog.core.vocabulary import Output
+from watchdog.daemon.outputs import Outputs
 from watchdog.host.holders import nodes_present
 from watchdog.metadata.identity import fetch_identity
 from watchdog.metadata.transport import MetadataTransport
@@ -36,6 +38,10 @@ def host_profile(config: Config, transport: MetadataTransport | None = None) -> 
     return choose_profile(AUTO, facts)
 
 
-def say_profile(choice: ProfileChoice, config: Config) -> None:
+def say_profile(choice: ProfileChoice, config: Config, outputs: Outputs) -> None:
+    """The choice's line, guarded: a log that fails at start must not stop the daemon being built."""
     patterns = config.nvidia_devices if choice.profile.value == "nvidia-gpu" else config.devices
-    log.info("accelerator profile %s (%s): watching %s", choice.profile.value, choice.why, " ".join(patterns))
+    with outputs.guarded(Output.LOG):
+        log.info(
+            "accelerator profile %s (%s): watching %s", choice.profile.value, choice.why, " ".join(patterns)
+        )

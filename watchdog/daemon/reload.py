@@ -78,7 +78,11 @@ class Reloader:
         self._pending: Config | None = None  # a policy waiting for the event in progress to end
 
     def reload(self, daemon: Reloadable) -> None:
-        daemon.notifier.reloading("reloading the configuration")
+        """Apply what changed; every line and sd_notify message of it is guarded (a reload may come
+        mid-drain, and one that fails to be told is still carried out)."""
+        outputs = daemon.reporter.outputs
+        with outputs.guarded(Output.NOTIFY):
+            daemon.notifier.reloading("reloading the configuration")
         old = daemon.config
         try:
             new = self.load()
@@ -86,7 +90,8 @@ class Reloader:
             self._refused(daemon, str(error))
             return
         except Exception as error:  # logged whole (log.exception): a reload must never take the daemon down
-            log.exception("reload: reading the configuration failed")
+            with outputs.guarded(Output.LOG):
+                log.exception("reload: reading the configuration failed")
             self._refused(daemon, f"{type(error).__name__}: {error}")
             return
         changed = [s.key for s in SETTINGS if new.value(s.key) != old.value(s.key)]
@@ -107,16 +112,18 @@ class Reloader:
             self._apply_policy(daemon, self._pending)
             self._pending = None
         said = _describe(old, new, live, restart, waits)
-        log.log(
-            logging.WARNING if restart else logging.INFO,  # a change that did not happen is worth a warning
-            "configuration reloaded from %s: %s", new.config_file or "no file (defaults)", said,
-        )  # fmt: skip
+        with outputs.guarded(Output.LOG):
+            log.log(
+                logging.WARNING if restart else logging.INFO,  # a change that did not happen: a warning
+                "configuration reloaded from %s: %s", new.config_file or "no file (defaults)", said,
+            )  # fmt: skip
         short = f"{len(live)} setting(s) changed"
         if "notify.webhooks" in live:  # counted, never shown: a URL is a secret
             short += f", notify.webhooks {len(old.webhooks)} -> {len(new.webhooks)} URL(s)"
         if restart:
             short += f", restart needed for {', '.join(restart)}"
-        daemon.notifier.ready(f"reloaded ({short}); {daemon.view.summary()}")
+        with outputs.guarded(Output.NOTIFY):
+            daemon.notifier.ready(f"reloaded ({short}); {daemon.view.summary()}")
 
     def settle(self, daemon: Reloadable) -> None:
         """After a change of the lifecycle: a policy that waited for the event in progress applies now."""
@@ -131,8 +138,10 @@ class Reloader:
         daemon.reporter.unknown_event_action = config.unknown_event_action
 
     def _refused(self, daemon: Reloadable, why: str) -> None:
-        log.error("reload refused, the configuration in use is unchanged: %s", why)
-        daemon.notifier.ready(f"reload refused (configuration unchanged): {why}")
+        with daemon.reporter.outputs.guarded(Output.LOG):
+            log.error("reload refused, the configuration in use is unchanged: %s", why)
+        with daemon.reporter.outputs.guarded(Output.NOTIFY):
+            daemon.notifier.ready(f"reload refused (configuration unchanged): {why}")
 
 
 def _describe(old: Config, new: Config, live: list[str], restart: list[str], waits: bool) -> str:
