@@ -22,6 +22,7 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
@@ -82,7 +83,7 @@ class HoldersScanned:
     next due time (a holder gone before that would leave unsaid)."""
 
 
-Message = WatchEvent | DrainDone | HoldersScanned | ReloadAsked  # what the loop's inbox carries
+Message: TypeAlias = WatchEvent | DrainDone | HoldersScanned | ReloadAsked  # what the inbox carries
 
 
 class Daemon:
