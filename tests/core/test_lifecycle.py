@@ -197,6 +197,23 @@ def test_newcomers_are_admitted_for_confirmed_events_only_or_until_the_deadline_
     assert restored.admits_newcomers(1301.0, unconfirmed_until=1020.0)
 
 
+def test_when_time_alone_next_changes_the_admission_of_newcomers() -> None:
+    """The loop sleeps until then: the end of the confirmation wait, then the unheard event's deadline."""
+    life = drained_lifecycle()
+    assert (
+        life.admission_changes(1010.0, unconfirmed_until=1020.0) is None
+    )  # heard: only an answer changes it
+    restored = Lifecycle(events={"maintenance-event": life.events["maintenance-event"]})
+    restored.events["maintenance-event"].confirmed = False
+    deadline = restored.events["maintenance-event"].deadline
+    assert deadline is not None
+    assert deadline > 1020.0
+    assert restored.admission_changes(1010.0, unconfirmed_until=1020.0) == 1020.0
+    assert restored.admission_changes(1020.0, unconfirmed_until=1020.0) == deadline
+    assert restored.admission_changes(deadline, unconfirmed_until=1020.0) is None  # past both
+    assert Lifecycle().admission_changes(1010.0, unconfirmed_until=1020.0) is None  # no event
+
+
 def test_a_drain_whose_events_all_cleared_admits_nobody() -> None:
     life = Lifecycle()
     life.observe("maintenance-event", TERMINATE, 1000.0)

@@ -109,3 +109,23 @@ def test_the_scan_hands_its_result_to_the_background_check(
     scanner.scan()  # within the interval: not asked again
     assert scanner.recheck([]) == []  # the rest is the inner scanner's
     assert nvml.asked == 1
+
+
+def test_between_comparisons_no_thread_waits(gpu_host: StandInGpuHost, stop: threading.Event) -> None:
+    """The cross-check's thread runs while it has a scan to compare, then ends: an idle GPU host's daemon
+    has no thread waking every second to look for work."""
+    gpu_host.hold("torchrun", "nvidia0")
+    nvml = StandInNvml()
+    now = [0.0]
+    config = dataclasses.replace(default_config(), nvidia_devices=(gpu_host.pattern,))
+    scanner = CrossChecked(scanner_for(config, Profile.NVIDIA_GPU), nvml, stop, clock=lambda: now[0])
+    scanner.scan()
+    wait_for(lambda: nvml.asked == 1, what="the background cross-check asking the stand-in NVML")
+    wait_for(lambda: not _cross_checking(), what="the cross-check's thread ending")
+    now[0] += scanner.interval
+    scanner.scan()
+    wait_for(lambda: nvml.asked == 2, what="a thread again for the next comparison")
+
+
+def _cross_checking() -> bool:
+    return any(t.name == "gpu-cross-check" for t in threading.enumerate())

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
+from tests.support.waiting import wait_for
+from tests.support.wakeups import switches, wakeups
 from watchdog.metadata.deadlines import Deadlines
 
 
@@ -71,3 +74,29 @@ def test_after_close_nothing_runs() -> None:
     deadlines.close()
     deadlines.after(0.0, fired.set)
     assert not fired.wait(0.3)  # a negative check: nothing may happen within the time it would have taken
+
+
+def test_a_later_deadline_does_not_wake_the_thread_and_an_earlier_one_does() -> None:
+    """A hanging GET's body deadline is pushed behind the others (each is a read timeout away): the thread
+    sleeps on until the earliest; one due sooner than that wakes it, and runs on time."""
+    deadlines = Deadlines(name="test-deadlines-wakeups")
+    fired = threading.Event()
+    try:
+        deadlines.after(60.0, lambda: None)  # starts the thread: it sleeps 60 s
+        thread = deadlines._thread
+        assert thread is not None
+        wait_for(lambda: _blocked(thread), what="the deadline thread asleep")
+        before = switches(thread)
+        for seconds in range(61, 71):
+            deadlines.cancel(deadlines.after(float(seconds), lambda: None))
+        assert wakeups(thread, over=0.3) == 0
+        assert switches(thread) == before
+        deadlines.after(0.05, fired.set)
+        assert fired.wait(5)
+    finally:
+        deadlines.close()
+
+
+def _blocked(thread: threading.Thread) -> bool:
+    """`thread` is asleep (state S in /proc), not running or about to."""
+    return " S " in Path(f"/proc/self/task/{thread.native_id}/stat").read_text()

@@ -6,6 +6,7 @@ import contextlib
 import json
 import re
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from tests.support.readable import readable
 from tests.support.waiting import wait_for
+from tests.support.wakeups import wakeups
 from watchdog.surface.httpapi import (
     CONNECTION_TIMEOUT,
     MAX_CONNECTIONS,
@@ -108,6 +110,22 @@ def test_unknown_path_is_404(served: tuple[str, StubSurface]) -> None:
     assert requests.get(f"{base}/nope", timeout=5).status_code == 404
 
 
+def test_an_idle_listener_sleeps_until_a_connection_and_stops_at_once() -> None:
+    """No poll interval (socketserver's serve_forever wakes every 0.5 s to look for a shutdown): the
+    listener blocks until a client connects, and stop() wakes it through its own socket."""
+    http = HttpSurface("127.0.0.1:0", StubSurface())
+    http.start()
+    try:
+        assert requests.get(f"http://{http.address}/livez", timeout=5).status_code == 200
+        assert wakeups(http._thread, over=1.2) == 0
+        assert requests.get(f"http://{http.address}/livez", timeout=5).status_code == 200  # still serving
+    finally:
+        started = time.monotonic()
+        http.stop()
+    assert time.monotonic() - started < 1.0  # woken, not waiting out a poll or the 5 s join
+    assert not http._thread.is_alive()
+
+
 @pytest.mark.parametrize("bad", ["9478", "localhost", "host:port", "1.2.3.4:70000", ":80"])
 def test_a_bad_listen_address_is_named(bad: str) -> None:
     with pytest.raises(ValueError, match="HOST:PORT"):
@@ -126,7 +144,7 @@ PROBE = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 
 @pytest.fixture(scope="module")
 def raw() -> Iterator[tuple[str, int]]:
-    """One listener with the production timeout and cap for the module (stopping one takes 0.5 s)."""
+    """One listener with the production timeout and cap for the module."""
     http = HttpSurface("127.0.0.1:0", StubSurface())
     http.start()
     host, port = http.address.rsplit(":", 1)

@@ -77,7 +77,9 @@ def test_before_window_sigterms_the_lead_before_the_announced_start(
     with gpu_daemon(
         fake, state_dir, workloads, gpu_host, maintenance_sigterm="before-window", maintenance_lead=600.0
     ) as harness:
-        start = time.time() + 603
+        # A whole second, as announced: the window's time is written to the millisecond, and the loop
+        # wakes at the due time itself, so a finer `start` would be a hair later than the one it reads.
+        start = float(int(time.time()) + 603)
         fake.set(UPCOMING, {"window_start_time": utc_time(start), "window_end_time": utc_time(start + 3600),
                             "maintenance_status": "PENDING", "type": "SCHEDULED"})  # fmt: skip
 

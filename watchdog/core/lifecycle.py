@@ -224,14 +224,25 @@ class Lifecycle:
         an event heard in this run; for one restored from the state file, no until `unconfirmed_until`
         (start + the confirmation wait), then yes until its deadline (metadata unheard: the maintenance is
         most likely still coming). A drain whose events have all cleared signals nobody new."""
-        served = set(self.drain.event_ids) if self.drain is not None else None
-        events = [e for e in self.events.values() if served is None or e.event_id in served]
+        events = self._admitting()
         if not events:
             return self.drain is None
         if any(e.confirmed for e in events):
             return True
-        deadline = min(e.deadline if e.deadline is not None else e.first_seen for e in events)
-        return unconfirmed_until <= now < deadline
+        return unconfirmed_until <= now < _unheard_until(events)
+
+    def admission_changes(self, now: float, unconfirmed_until: float) -> float | None:
+        """When time alone next changes `admits_newcomers` (a wall time after `now`), or None: only an
+        answer of the metadata server, or a change of the events, can."""
+        events = self._admitting()
+        if not events or any(e.confirmed for e in events):
+            return None
+        return min((t for t in (unconfirmed_until, _unheard_until(events)) if t > now), default=None)
+
+    def _admitting(self) -> list[Event]:
+        """The events whose confirmation admits newcomers: those the running drain serves, else all."""
+        served = set(self.drain.event_ids) if self.drain is not None else None
+        return [e for e in self.events.values() if served is None or e.event_id in served]
 
     def _start(self, events: list[Event], now: float, late: bool = False) -> list[Action]:
         deadline = min(e.deadline if e.deadline is not None else now for e in events)
@@ -261,3 +272,8 @@ class Lifecycle:
         if not self.events and self.drain is None:
             self.last_outcome = None
         return actions
+
+
+def _unheard_until(events: list[Event]) -> float:
+    """Until when unconfirmed `events` are taken as still on: the earliest of their deadlines."""
+    return min(e.deadline if e.deadline is not None else e.first_seen for e in events)

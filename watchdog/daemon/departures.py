@@ -6,10 +6,11 @@ exit, and the other hosts' daemons see their holders go without having signalled
 is said once (journal `holder_left`, at INFO: a job that simply finishes looks the same; with how it ended
 when that can be known) and counted (`tpu_watchdog_holders_left_total`), and the holders gauge and /status
 drop it at once instead of at the next idle scan, so a host's record shows that its job left on its own.
-Between drains the loop checks the holders of the index's last scan once a tick (host/exits.py, no pidfds:
-/proc/PID/stat of each, no walk of /proc, no fd held per holder, so an idle daemon's fds stay flat however
-many holders come and go). A holder that closes the device and keeps running is not an exit: the next idle
-scan shows it.
+Between drains the loop checks the holders of the index's last scan whenever it wakes, and wakes for it
+every DEPARTURE_CHECK s while it has any (host/exits.py, no pidfds: /proc/PID/stat of each, no walk of
+/proc, no fd held per holder, so an idle daemon's fds stay flat however many holders come and go; with no
+holder, nothing here wakes the daemon). A holder that closes the device and keeps running is not an
+exit: the next idle scan shows it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from watchdog.surface.logs import fields
 from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
+
+DEPARTURE_CHECK = 5.0  # s between looks at whether a holder has exited, while there is one to look at
 
 
 class Departures:
@@ -81,6 +84,10 @@ class Departures:
                     "job, another host's event ending the job)", holder.pid, holder.name, how,
                     extra=fields("holder_left", pid=holder.pid, exit_status=str(status)),
                 )  # fmt: skip
+
+    def next_due(self, now: float) -> float | None:
+        """When the loop must look again (monotonic; `now`: it just did), or None: no holder to look at."""
+        return now + DEPARTURE_CHECK if self.tracked else None
 
     def forget(self) -> None:
         """An event is on or a drain runs: what exits now is the drain's business, not a departure."""

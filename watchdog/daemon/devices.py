@@ -54,6 +54,11 @@ class DeviceWatch:
             self._say(found, first=self._said is None)
             self._said = seen
 
+    @property
+    def next_due(self) -> float:
+        """When `check` looks next (monotonic)."""
+        return self._next
+
     def _say(self, found: DeviceSet, first: bool) -> None:
         nodes = found.nodes
         with self._outputs.guarded(Output.LOG):

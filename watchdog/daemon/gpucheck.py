@@ -1,8 +1,9 @@
 """On a GPU host, the holder scan checked against NVML's compute processes, and what differs said.
 
-A scanner wrapped so that each scan is also offered to a thread of its own, which asks NVML (host/nvml.py)
-at most once per `interval` and logs who one sees and the other does not (`core.accelerators.CrossCheck`),
+A scanner wrapped so that a scan at most once per `interval` is also handed to a thread of its own, which
+asks NVML (host/nvml.py) and logs who one sees and the other does not (`core.accelerators.CrossCheck`),
 once per difference. The scan returns at once: NVML can hang on a sick GPU, and a drain never waits for it.
+The thread runs while it has a scan to compare, then ends: between comparisons nothing here wakes up.
 Nothing here changes who is signalled.
 """
 
@@ -46,9 +47,8 @@ class CrossChecked:
         self._said: CrossCheck | None = None
         self._failed = False
         self._lock = threading.Lock()  # the thread's comparisons and a caller's: one at a time
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpu-cross-check", daemon=True)
-        self._thread.start()
+        self._handing = threading.Lock()  # `_latest` and `_comparing`, between a scan and the thread
+        self._comparing = False  # a thread is running (it takes `_latest` before it ends)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -58,16 +58,23 @@ class CrossChecked:
         now = self.clock()
         if now >= self._next:
             self._next = now + self.interval
-            self._latest = result
-            self._wake.set()
+            with self._handing:
+                self._latest, start = result, not self._comparing
+                self._comparing = True
+            if start:
+                threading.Thread(target=self._run, name="gpu-cross-check", daemon=True).start()
         return result
 
     def _run(self) -> None:
-        while not self.stop.is_set():
-            self._wake.wait(1.0)
-            if self._wake.is_set() and self._latest is not None:
-                self._wake.clear()
-                self.compare(self._latest)
+        while not self.stop.is_set() and (result := self._take()) is not None:
+            self.compare(result)
+
+    def _take(self) -> Any:
+        """The scan to compare next, or None: nothing left, and the thread ends."""
+        with self._handing:
+            result, self._latest = self._latest, None
+            self._comparing = result is not None
+            return result
 
     def compare(self, result: Any) -> CrossCheck | None:
         """Ask NVML now and say what differs from `result` (a ScanResult); None when NVML failed."""

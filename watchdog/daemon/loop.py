@@ -5,9 +5,11 @@ the state file (all a drain's first signal waits for), and only then tells (log 
 metrics, history, sd_notify), each guarded by `Outputs`, so no output can delay or stop a signal.
 
 Threads: one per watched key (hanging GETs), one for a running drain, the holder index, the HTTP listener,
-hook runners. Only the loop thread changes the lifecycle; the others talk to it through `self.inbox`. One
-`stop` event ends everything: the loop saves the state and returns within about a second, a drain in
-progress returns "interrupted" and is resumed, with the same deadline, by the next start.
+hook runners. Only the loop thread changes the lifecycle; the others talk to it through `self.inbox`, which
+wakes it at once; otherwise it sleeps until its next time-based decision is due (`_due_times`: a notice's
+before-window SIGTERM, a watchdog ping, a rescan...), at most LOOP_CEILING. One `stop` event ends
+everything: the loop saves the state and returns within about a second, a drain in progress returns
+"interrupted" and is resumed, with the same deadline, by the next start.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
@@ -27,7 +30,7 @@ from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Action, CancelDrain, Lifecycle, MoveDeadline, StartDrain
-from watchdog.core.process import ProcessIdentity
+from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL, Announcer
 from watchdog.daemon.departures import Departures
@@ -65,13 +68,22 @@ from watchdog.surface.webhooks import WebhookSender
 
 log = logging.getLogger("tpu-watchdog")
 
-LOOP_TICK = 1.0  # the loop wakes at least this often: time-based policy, watchdog pings, health
+LOOP_CEILING = 10.0  # s the loop sleeps at most when nothing is due sooner (a wall-clock step is caught up)
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
 
 
 @dataclass(frozen=True)
 class DrainDone:
     record: DrainRecord | None  # None: the drain itself failed (it is started again)
+
+
+@dataclass(frozen=True)
+class HoldersScanned:
+    """The index published a scan: the loop watches its holders for departures from now, not from its
+    next due time (a holder gone before that would leave unsaid)."""
+
+
+Message: TypeAlias = WatchEvent | DrainDone | HoldersScanned | ReloadAsked  # what the inbox carries
 
 
 class Daemon:
@@ -101,7 +113,7 @@ class Daemon:
         self.policy = policy_from_config(config)
         self.scanner, self.store, self.hooks, self.notifier = scanner, store, hooks, notifier
         self.metrics, self.outputs = metrics, outputs or Outputs(metrics)  # every output below is guarded
-        self.inbox: queue.Queue[WatchEvent | DrainDone | ReloadAsked | None] = queue.Queue()  # None: stop
+        self.inbox: queue.Queue[Message | None] = queue.Queue()  # None: stop
         self.reloader = reloader  # SIGHUP: what a reload reads, and how it builds a webhook sender
         self.watcher = watcher_factory(self.inbox.put, functools.partial(self.outputs.failed, Output.LOG))
         saved = store.state
@@ -130,11 +142,12 @@ class Daemon:
         )  # fmt: skip
         self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
-        self.index = HolderIndex(scanner, self.reporter.holders_scanned, busy, stop, outputs=self.outputs)
+        self.index = HolderIndex(scanner, self._holders_scanned, busy, stop, outputs=self.outputs)
         self.runner.known_pids = lambda: self.index.seen  # its new PIDs go in the first wave
         self._answered: set[str] = set()
         self._ready_sent = False
         self._next_ping = self._next_scan = 0.0
+        self._ready_by = self.clock.monotonic() + READY_WITHIN  # READY=1 by then, answered or not
         self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
         self.progress_interval, self._next_progress = progress_interval, 0.0
         self.newcomers = Newcomers(
@@ -148,9 +161,8 @@ class Daemon:
     # -- the loop ------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        started = self.clock.monotonic()
-        # Wake the loop the moment `stop` is set (a signal handler may only set the event), so the
-        # tick can stay long and idle wakeups few.
+        # Wake the loop the moment `stop` is set (a signal handler may only set the event): it sleeps
+        # until its next due time, and the inbox (answers, a finished drain, SIGHUP) wakes it at once.
         threading.Thread(target=self._wake_on_stop, name="stop-waker", daemon=True).start()
         self._resume()
         self.watcher.start()
@@ -165,29 +177,45 @@ class Daemon:
         while not self.stop.is_set():
             self.view.loop_ticked()
             try:
-                message = self.inbox.get(timeout=self._tick())
+                message = self.inbox.get(timeout=self._sleep())
             except queue.Empty:
                 message = None
             if message is not None:
                 self._guarded(self._handle, message)
-            now = self.clock.monotonic()
-            if not self._ready_sent and (
-                len(self._answered) >= len(self.watcher.watches) or now - started >= READY_WITHIN
-            ):
-                self._ready_sent = True
-                with self.outputs.guarded(Output.NOTIFY):
-                    self.notifier.ready(self.view.summary())
-            self._guarded(self._timers, now)
+            self._timers(self.clock.monotonic())
             self._refresh_admission()
             self._wedge_if_asked()
         self._shutdown()
         return EXIT_OK
 
-    def _tick(self) -> float:
-        """How long the loop may sleep: LOOP_TICK, or less when a late-arrival scan is due sooner."""
-        if self.lifecycle.events and self.lifecycle.drain is None:
-            return max(0.0, min(LOOP_TICK, self._next_scan - self.clock.monotonic()))
-        return LOOP_TICK
+    def _sleep(self) -> float:
+        """How long the loop may wait for a message: until the earliest of `_due_times`, at most
+        LOOP_CEILING. An idle daemon so wakes for its messages and little else."""
+        now = self.clock.monotonic()
+        try:
+            dues = [due - now for due in self._due_times(now) if due is not None]
+        except Exception:  # a bug in a due time: the ceiling then, and the loop goes on
+            with self.outputs.guarded(Output.LOG):
+                log.exception("internal error in the loop's due times: the daemon carries on")
+            return LOOP_CEILING
+        return max(0.0, min([LOOP_CEILING, *dues]))
+
+    def _due_times(self, now: float) -> list[float | None]:
+        """When each time-based decision of the loop (`run`, `_timers`) is next due, on the monotonic clock
+        (None: none pending). A decision missing here would be taken up to LOOP_CEILING late."""
+        offset = now - self.clock.wall()  # the wall times below, as monotonic ones
+        wall = [self.notice_timing.next_due(now - offset), self.newcomers.next_due(now - offset)]
+        life, running = self.lifecycle, self.runner.running
+        return [
+            None if self._ready_sent else self._ready_by,
+            self._next_ping if self.notifier.watchdog_interval is not None else None,
+            self.recorder.next_due(),
+            self._next_progress if running and life.drain is not None else None,
+            self._next_scan if not running and life.drain is None and life.events else None,
+            self.departures.next_due(now),
+            self.devices.next_due,
+            *(None if due is None else due + offset for due in wall),
+        ]
 
     def _guarded(self, step: Callable[..., None], *args: object) -> None:
         """One step of the loop; a bug or an unexpected error in it is logged, and the loop goes on."""
@@ -197,7 +225,9 @@ class Daemon:
             with self.outputs.guarded(Output.LOG):  # and a log that fails is no exception to that
                 log.exception("internal error in %s: the daemon carries on", getattr(step, "__name__", step))
 
-    def _handle(self, message: WatchEvent | DrainDone | ReloadAsked) -> None:
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, HoldersScanned):
+            return  # what it asks for, `_timers` does next (`_departures`)
         if isinstance(message, DrainDone):
             self._drain_done(message.record)
             return
@@ -235,29 +265,52 @@ class Daemon:
             self._apply(self.notice_timing.due(now))
 
     def _timers(self, now: float) -> None:
-        # Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time.
+        """Each time-based step, guarded on its own: each moves its due time (`_due_times`) before it
+        acts, so one that fails is not taken again at once (the loop would spin) and skips no other."""
+        steps = (self._ready, self._heard, self.recorder.tick, self._ping, self._notices_due, self._progress,
+                 self._watch_late_arrivals, self._departures, self.devices.check)  # fmt: skip
+        for step in steps:
+            self._guarded(step, now)
+
+    def _ready(self, now: float) -> None:
+        if not self._ready_sent and (
+            len(self._answered) >= len(self.watcher.watches) or now >= self._ready_by
+        ):
+            self._ready_sent = True
+            with self.outputs.guarded(Output.NOTIFY):
+                self.notifier.ready(self.view.summary())
+
+    def _heard(self, now: float) -> None:
+        """Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time."""
         heard = max((s.last_success or 0.0 for s in self.watcher.statuses()), default=0.0)
         if heard:
             with self.outputs.guarded(Output.METRICS):
                 self.metrics.metadata_last_success.set(heard)
-        self.recorder.tick(now)
+
+    def _ping(self, now: float) -> None:
+        """WATCHDOG=1 every half WatchdogSec (sd_watchdog_enabled(3)): a wakeup systemd asks for."""
         interval = self.notifier.watchdog_interval
         if interval is not None and now >= self._next_ping:
             self._next_ping = now + interval
             with self.outputs.guarded(Output.NOTIFY):
                 self.notifier.watchdog()
+
+    def _notices_due(self, now: float) -> None:
         self._apply(self.notice_timing.due(self.clock.wall()))  # maintenance put off, drain_before_window
+
+    def _progress(self, now: float) -> None:
         drain = self.lifecycle.drain
         if self.runner.running and drain is not None and now >= self._next_progress:
             self._next_progress = now + self.progress_interval
             self.announce.progress(self.view.record, drain.deadline, drain.drain_id, self.clock.wall())
-        if not self.runner.running and self.lifecycle.drain is None and self.lifecycle.events:
-            self._watch_late_arrivals(now)
+
+    def _departures(self, now: float) -> None:
         self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view)
-        self._guarded(self.devices.check, now)  # last, guarded: nothing above waits on a look at /dev
 
     def _watch_late_arrivals(self, now: float) -> None:
         """While drained events are on, scan as a drain does: a newcomer (a restarted job) gets a drain."""
+        if self.runner.running or self.lifecycle.drain is not None or not self.lifecycle.events:
+            return
         if now < self._next_scan:
             return
         self._next_scan = now + RESCAN_INTERVAL
@@ -390,6 +443,11 @@ class Daemon:
         if self.reporter.listener(address, error):
             with self.outputs.guarded(Output.NOTIFY):
                 self.notifier.status(self.view.summary())
+
+    def _holders_scanned(self, holders: Sequence[Holder]) -> None:
+        """The index's thread: show the scan, and wake the loop for it."""
+        self.reporter.holders_scanned(holders)
+        self.inbox.put(HoldersScanned())
 
     def _identity_learned(self, identity: HostIdentity) -> None:
         self.view.identity = identity

@@ -62,6 +62,15 @@ class Newcomers:
                 )  # fmt: skip
         return admit
 
+    def next_due(self, now: float) -> float | None:
+        """When time alone next changes `admitted`, or owes its line (a wall time after `now`), or None."""
+        life = self.lifecycle
+        times = [life.admission_changes(now, self.unconfirmed_until)]
+        unconfirmed = life.events and not any(e.confirmed for e in life.events.values())
+        if unconfirmed and not self._said and now < self.unconfirmed_until:
+            times.append(self.unconfirmed_until)
+        return min((t for t in times if t is not None), default=None)
+
     @property
     def gave_up_waiting(self) -> bool:
         return self._said

@@ -3,8 +3,8 @@
 When a maintenance notice's SIGTERM goes: at the notice (the default), or `events.maintenance_lead` before
 the window upcoming-maintenance announces (`before-window`, for GPU VMs' hour of notice: the job trains on
 until then); and when `upcoming_maintenance.drain_before_window` drains for an announced window. The rules
-are `core/policy.py`'s; this asks them again when upcoming-maintenance changes and each tick, and says once
-per notice when its SIGTERM will go.
+are `core/policy.py`'s; this asks them again when upcoming-maintenance changes and whenever the loop wakes
+(it wakes when `next_due` says), and says once per notice when its SIGTERM will go.
 """
 
 from __future__ import annotations
@@ -70,3 +70,16 @@ class NoticeTiming:
                 verdict = trigger(upcoming, self.policy(), now)
                 actions += self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, now)
         return actions
+
+    def next_due(self, now: float) -> float | None:
+        """When `due` may next bring something (a wall time after `now`), or None: only a new value can.
+        The loop sleeps until then: a notice put off until before its window is SIGTERMed on time."""
+        values, policy, times = self.values(), self.policy(), []
+        upcoming = values.get(UPCOMING_MAINTENANCE.source)
+        if not isinstance(upcoming, UpcomingMaintenance):
+            return None
+        notice = values.get(MAINTENANCE_EVENT.source)
+        if isinstance(notice, MaintenanceEvent) and MAINTENANCE_EVENT.source not in self.lifecycle.events:
+            times.append(maintenance_drain_due(notice, policy, now, upcoming))
+        times.append(upcoming_drain_due(upcoming, policy))
+        return min((t for t in times if t is not None and t > now), default=None)

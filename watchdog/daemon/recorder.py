@@ -137,6 +137,10 @@ class DrainRecorder:
             self._next_retry = now + RETRY_EVERY
             self._guarded(self._retry)
 
+    def next_due(self) -> float | None:
+        """When `tick` next has something to write (monotonic), or None: nothing is held back."""
+        return self._next_retry if self.history.unwritten else None
+
     def _retry(self) -> None:
         self.history.retry()
         self._persisted()

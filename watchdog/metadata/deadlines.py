@@ -6,7 +6,8 @@ thread for each of the ~3 requests a minute at idle and many more under faults: 
 allocator arena are memory the process may keep (docs/reliability.md, steadiness). Here one lazily started
 thread sleeps until the earliest deadline; cancelled deadlines are dropped from the heap when they reach the
 top, and the heap is rebuilt when they outnumber the live ones, so it stays as small as the requests in
-flight.
+flight. The thread is woken only for a deadline earlier than the one it sleeps until: a body is read in
+milliseconds, so at idle it wakes about once per read timeout, whatever the number of watches.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class Deadlines:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif self._heap[0][1] == token:  # earlier than what the thread sleeps until (or it sleeps on)
+                self._cond.notify()
             return token
 
     def cancel(self, token: int) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import selectors
 import socket
 import threading
 import time
@@ -248,6 +249,27 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
         log.exception("http: unexpected error serving %s", client_address[0])
 
+    def serve_until(self, wake: socket.socket) -> None:
+        """Accept connections until `wake` is readable, blocked in select with no timeout: socketserver's
+        `serve_forever` wakes every 0.5 s to look for a `shutdown()`, two wakeups a second for nothing."""
+        self.socket.setblocking(False)  # a client gone between select and accept: accept fails, never blocks
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.socket, selectors.EVENT_READ)
+            selector.register(wake, selectors.EVENT_READ)
+            while all(key.fileobj is not wake for key, _ in selector.select()):
+                self._accept()
+
+    def _accept(self) -> None:
+        try:
+            request, client_address = self.get_request()
+        except OSError:  # the client left before the accept (or it was taken already): nothing to serve
+            return
+        try:
+            self.process_request(request, client_address)
+        except Exception:  # noqa: BLE001 - logged by handle_error; the listener serves the next one
+            self.handle_error(request, client_address)
+            self.shutdown_request(request)
+
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
@@ -271,7 +293,9 @@ class HttpSurface:
         self._server.connection_timeout = connection_timeout
         self._server.slots = threading.BoundedSemaphore(max_connections)
         self._server.status_allow = tuple(ipaddress.ip_network(n) for n in status_allow)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+        self._wake, self._waker = socket.socketpair()  # stop() writes to _waker: the listener returns at once
+        self._thread = threading.Thread(target=self._server.serve_until, args=(self._wake,), name="http",
+                                        daemon=True)  # fmt: skip
 
     @property
     def address(self) -> str:
@@ -284,9 +308,11 @@ class HttpSurface:
 
     def stop(self) -> None:
         if self._thread.is_alive():
-            self._server.shutdown()
+            self._waker.send(b"x")
             self._thread.join(timeout=5)
         self._server.server_close()
+        self._wake.close()
+        self._waker.close()
 
 
 class RetryingListener:
