@@ -118,7 +118,9 @@ def test_between_comparisons_no_thread_waits(gpu_host: StandInGpuHost, stop: thr
     nvml = StandInNvml()
     now = [0.0]
     config = dataclasses.replace(default_config(), nvidia_devices=(gpu_host.pattern,))
-    scanner = CrossChecked(scanner_for(config, Profile.NVIDIA_GPU), nvml, stop, clock=lambda: now[0])
+    scanner = CrossChecked(
+        scanner_for(config, Profile.NVIDIA_GPU), nvml, stop, clock=lambda: now[0], outputs=Outputs(Metrics())
+    )
     scanner.scan()
     wait_for(lambda: nvml.asked == 1, what="the background cross-check asking the stand-in NVML")
     wait_for(lambda: not _cross_checking(), what="the cross-check's thread ending")
