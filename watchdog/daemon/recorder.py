@@ -104,11 +104,16 @@ class DrainRecorder:
         return None
 
     def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
-        """A drain ended (not interrupted): write it down, then count it where it belongs (whoever sees
-        the counter move finds the drain in the history)."""
+        """A drain ended (not interrupted): write it down (a reopened drain's entry is rewritten, by its
+        id), then count it where it belongs (whoever sees the counter move finds the drain in the history).
+        A drain is counted once, when it first ends: a reopened one (a late arrival joined it) is not
+        counted again, whatever its second end."""
         drain = lifecycle.drain
+        counted = drain is not None and drain.late and self._ended_before(drain.drain_id)
         if drain is not None:
             self._guarded(self._write_finished, drain, record, lifecycle)
+        if counted:
+            return
         with self.outputs.guarded(Output.METRICS):
             if record.dry_run:
                 self.metrics.dry_run_drains.labels(outcome.value).inc()
@@ -116,6 +121,11 @@ class DrainRecorder:
                 self.metrics.drains.labels(outcome.value).inc()
                 if record.ended is not None:
                     self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
+
+    def _ended_before(self, drain_id: str) -> bool:
+        """Whether the history has the drain as ended (and so counted): it is being reopened."""
+        entry = self.history.find(drain_id)
+        return entry is not None and entry.get("outcome") is not None
 
     def _write_finished(self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle) -> None:
         facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
