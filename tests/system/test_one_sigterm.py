@@ -255,3 +255,27 @@ def test_a_sigterm_only_intended_is_not_sent_again_and_its_job_is_killed_once_th
         assert harness.daemon.lifecycle.events["maintenance-event"].confirmed
         assert harness.metric(SIGNALS, signal="SIGTERM") == 0  # possibly sent already: never a second
     no_sigterm_within(job, 0.5)
+
+
+def test_a_late_arrival_after_a_restart_joins_the_drain_that_ended_before_it(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """The state file keeps the ended drain while its event is on: a restarted daemon still knows the drain
+    a late arrival joins, and the entry keeps what the first end knew of its processes."""
+    first = workloads.start("handled")
+    fake.set(MAINTENANCE, TERMINATE)
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=60.0) as harness:
+        harness.wait_state("drained")
+        assert first.popen.wait(timeout=10) == 0
+        (before,) = harness.daemon.recorder.history.entries()
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=60.0) as harness:
+        late = workloads.start("handled")
+        assert late.popen.wait(timeout=20) == 0  # its SIGTERM, once the event is confirmed
+        history = harness.daemon.recorder.history
+        wait_for(lambda: len(history.entries()[-1]["processes"]) == 2, what="the late arrival in the drain")
+        harness.wait_state("drained")
+        (entry,) = history.entries()
+        assert (entry["id"], entry["started"], entry["late"]) == (before["id"], before["started"], True)
+        assert entry["processes"][0] == before["processes"][0]  # as its first end knew it
+        assert entry["processes"][1]["late_arrival"]
+        assert harness.metric("tpu_watchdog_drains_total", outcome="exited") == 0  # counted by the first run

@@ -24,7 +24,14 @@ from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, Output, WatchedKey
 from watchdog.daemon.outputs import Outputs
 from watchdog.host.procfs import start_time
-from watchdog.store.drain_entry import Alive, DrainFacts, entry_from_record, entry_from_saved, open_entry
+from watchdog.store.drain_entry import (
+    Alive,
+    DrainFacts,
+    entry_from_record,
+    entry_from_saved,
+    open_entry,
+    rejoined,
+)
 from watchdog.store.history import DrainHistory
 from watchdog.store.records import SavedState
 from watchdog.store.statefile import StateStore
@@ -100,7 +107,7 @@ class DrainRecorder:
         if facts is None:
             return None
         with self.outputs.guarded(Output.STATUS):  # /status shows the drain without its processes, then
-            return entry_from_record(facts, record, self.store.state.signals, alive)
+            return self._entry(facts, record)
         return None
 
     def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
@@ -129,8 +136,14 @@ class DrainRecorder:
 
     def _write_finished(self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle) -> None:
         facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
-        self.history.append(entry_from_record(facts, record, self.store.state.signals, alive))
+        self.history.append(self._entry(facts, record))
         self._persisted()
+
+    def _entry(self, facts: DrainFacts, record: DrainRecord) -> dict[str, object]:
+        """The drain's entry from its record; a reopened drain's over the entry of its first end."""
+        entry = entry_from_record(facts, record, self.store.state.signals, alive)
+        first = self.history.find(facts.drain_id) if facts.late else None
+        return rejoined(first, entry) if first is not None and first.get("outcome") is not None else entry
 
     def _guarded(self, step: Callable[..., None], *args: object) -> None:
         """The history is the account, not the drain: a bug in writing it must not stop the daemon from
