@@ -230,6 +230,8 @@ class Lifecycle:
         if not ended.late or self.ended_at is None:  # a reopened drain keeps its first end's time
             self.ended_at = now
         self.ended = replace(ended, cancelling=False, late=False)
+        if not self._serves(self.ended):  # its events are over (it was cancelled): nobody joins it
+            self.ended, self.ended_at = None, None
         return self.start_waiting(now)
 
     def start_waiting(self, now: float) -> list[Action]:
