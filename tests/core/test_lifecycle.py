@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from watchdog.core.lifecycle import (
     ActiveDrain,
     CancelDrain,
@@ -12,6 +14,7 @@ from watchdog.core.lifecycle import (
     MoveDeadline,
     StartDrain,
     Trigger,
+    joined_outcome,
 )
 from watchdog.core.vocabulary import DaemonState
 
@@ -147,18 +150,67 @@ def drained_lifecycle() -> Lifecycle:
     return life
 
 
-def test_a_late_arrival_gets_a_drain_of_its_own_with_the_events_deadline() -> None:
+def test_a_late_arrival_joins_its_events_drain_reopened_with_the_events_deadline() -> None:
     life = drained_lifecycle()
+    assert life.ended is not None
+    first = life.ended.drain_id
     (start,) = life.late_arrivals(1010.0)
     assert isinstance(start, StartDrain)
     assert start.late
     assert start.deadline == 1300.0  # the event's, not now + grace
+    assert (start.drain_id, start.started) == (first, 1000.0)  # the same drain: its id, its start
     assert life.drain is not None
     assert life.drain.late
-    assert life.drain.drain_id == start.drain_id != ""
+    assert (life.drain.drain_id, life.drain.started) == (first, 1000.0)
+    assert life.last_outcome == "exited"  # the first end's, until it ends again
     assert life.late_arrivals(1011.0) == []  # one drain at a time
     life.drain_finished("exited", 1012.0)
     assert life.state is DaemonState.DRAINED
+    assert life.ended_at == 1001.0  # when it first ended
+    (again,) = life.late_arrivals(1020.0)  # a second late arrival: the same drain again
+    assert isinstance(again, StartDrain)
+    assert again.drain_id == first
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "joined"),
+    [
+        ("exited", "timed_out", "timed_out"),  # a late arrival killed at the deadline: it timed out
+        ("timed_out", "exited", "timed_out"),
+        ("no_holders", "exited", "exited"),
+        ("exited", "cancelled", "exited"),  # the event cleared: the late arrival was spared
+        ("timed_out", "no_holders", "timed_out"),
+    ],
+)
+def test_a_reopened_drain_keeps_its_first_outcome_unless_a_later_end_tells_more(
+    first: str, then: str, joined: str
+) -> None:
+    life = Lifecycle()
+    life.observe("maintenance-event", TERMINATE, 1000.0)
+    life.drain_finished(first, 1001.0)
+    life.late_arrivals(1010.0)
+    life.drain_finished(then, 1012.0)
+    assert life.last_outcome == joined == joined_outcome(first, then)
+
+
+def test_a_restart_after_the_drain_ended_still_knows_the_drain_a_late_arrival_joins() -> None:
+    life = drained_lifecycle()
+    ended = life.ended
+    assert ended is not None
+    back = Lifecycle.restored(life.events.values(), None, "exited", ended=ended, ended_at=1001.0)
+    (start,) = back.late_arrivals(1010.0)
+    assert isinstance(start, StartDrain)
+    assert (start.drain_id, start.started, start.late) == (ended.drain_id, 1000.0, True)
+
+
+def test_once_its_events_clear_nobody_joins_the_ended_drain() -> None:
+    life = drained_lifecycle()
+    life.observe("maintenance-event", None, 1005.0)
+    assert life.ended is None
+    (_, start) = life.observe("maintenance-event", TERMINATE, 1006.0)
+    assert isinstance(start, StartDrain)
+    assert start.started == 1006.0
+    assert not start.late
 
 
 def test_no_late_arrival_drain_without_an_event() -> None:

@@ -16,6 +16,7 @@ from watchdog.store.drain_entry import (
     entry_from_record,
     entry_from_saved,
     open_entry,
+    rejoined,
     user_name,
 )
 from watchdog.store.records import SignalRecord
@@ -162,3 +163,21 @@ def test_each_process_keeps_its_workload_and_one_known_only_from_the_state_file_
     assert found[101]["workload"] == pod.to_dict()
     assert Workload.from_dict(found[101]["workload"]) == pod  # what the history reads back
     assert (found[102]["workload"], found[104]["workload"]) == (None, None)  # not known
+
+
+def test_a_reopened_drain_keeps_what_its_first_end_knew_of_the_processes_that_had_ended() -> None:
+    """After a restart the reopened drain knows its earlier processes only from the state file; the entry of
+    its first end knew more. The late arrival, and a process still running then, are as the record says."""
+    first = entry_from_record(FACTS, record())
+    late = ProcessIdentity(104, 14)
+    again = record()
+    for proc in again.processes.values():  # as the state file gives them back: no times, no exit status
+        proc.devices, proc.exit_status, proc.ended_at = (), None, None
+    again.processes[late] = ProcessRecord(late, "restarted", ("/dev/accel0",), 400.0, late_arrival=True)
+    again.processes[late].signals.append(SentSignal(signal.SIGTERM, 400.0, SignalResult.SENT))
+    again.processes[late].end, again.processes[late].ended_at = End.EXITED, 401.0
+    entry = rejoined(first, entry_from_record(FACTS, again))
+    shown, before = by_pid(entry), by_pid(first)
+    assert [shown[i.pid] for i in (A, B, C)] == [before[i.pid] for i in (A, B, C)]
+    assert shown[late.pid]["late_arrival"]
+    assert list(shown) == [A.pid, B.pid, C.pid, late.pid]

@@ -9,7 +9,7 @@ from tests.store.test_drain_entry import FACTS, A, B, record
 from watchdog.core.drain_record import INFERRED_DEATH
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.store.drain_entry import entry_from_record
-from watchdog.store.drain_text import block, totals
+from watchdog.store.drain_text import block, one_line, totals
 from watchdog.store.history import HISTORY_FILE, load_entries
 
 
@@ -62,3 +62,16 @@ def test_an_entry_of_an_older_version_without_the_newer_fields_loads_and_reads(t
     words = "\n".join(block(entry))
     assert "1 process: 1 exited on SIGTERM" in words
     assert "inferred" not in words  # no disposition on file: nothing to infer from
+
+
+def test_status_and_history_give_a_reopened_drain_the_same_words() -> None:
+    """`status`'s one line and `history`'s block: the same outcome, tags, start and duration."""
+    entry = {**entry_from_record(FACTS, record()), "late": True}
+    line = one_line(entry)
+    assert line.startswith(
+        f"timed_out (reopened for a late arrival), started {entry['started']}, after 5.0 min: "
+    )
+    assert line.endswith(totals(entry))
+    head = block(entry)[0]
+    assert head.endswith("(reopened for a late arrival)")
+    assert "after 5.0 min" in "\n".join(block(entry))

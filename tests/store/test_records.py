@@ -38,6 +38,8 @@ def test_round_trip() -> None:
     assert SavedState.from_json(leave.to_json(written_at=500.0)) == leave
     rehearsed = replace(STATE, last_outcome="timed_out", last_dry_run=True)
     assert SavedState.from_json(rehearsed.to_json(written_at=500.0)) == rehearsed
+    ended = replace(STATE, drain=None, last_outcome="exited", ended_drain=STATE.drain, ended_at=150.0)
+    assert SavedState.from_json(ended.to_json(written_at=500.0)) == ended  # a late arrival joins it
 
 
 def test_the_file_keeps_its_field_names() -> None:
@@ -69,7 +71,16 @@ def test_the_lifecycle_through_the_file_is_the_same_lifecycle_its_events_unconfi
         life.events["maintenance-event"].event_id, 1300.0, True,
     )  # fmt: skip
     assert not event.confirmed  # until this run hears the metadata server say it again
-    assert restored.drain == life.drain  # the late-arrival drain, its id and deadline
+    assert restored.drain == life.drain  # the reopened drain, its id and deadline
+    life.drain_finished("exited", 1007.0)
+    saved = SavedState("boot", tuple(life.events.values()), None, life.last_outcome,
+                       ended_drain=life.ended, ended_at=life.ended_at)  # fmt: skip
+    again = SavedState.from_json(json.loads(json.dumps(saved.to_json(written_at=1008.0))))
+    restored = Lifecycle.restored(again.events, None, again.last_outcome, ended=again.ended_drain,
+                                  ended_at=again.ended_at)  # fmt: skip
+    assert restored.ended is not None
+    assert life.ended is not None
+    assert (restored.ended.drain_id, restored.ended_at) == (life.ended.drain_id, 1001.0)
 
 
 def test_an_old_file_loads() -> None:

@@ -63,7 +63,7 @@ def term_owed(facts: dict[str, Any], deadline: float) -> bool:
 def settled(state: dict[str, Any] | None, holders_gone: bool) -> bool:
     """Whether the driver may clear the event: every holder gone and, in the state file read after that, no
     drain in progress and an outcome. Holders gone alone is not enough: the drain that killed the last one
-    (a late-arrival drain, for a holder whose SIGTERM a crash left unconfirmed) may not have ended yet, and
+    (the drain reopened for a holder whose SIGTERM a crash left unconfirmed) may not have ended yet, and
     a clear then lands in that drain (see `_check_cleared`)."""
     return holders_gone and state is not None and state["drain"] is None and state["last_outcome"] is not None
 
@@ -98,9 +98,9 @@ def check(facts: dict[str, Any]) -> list[str]:
                 out.append(
                     f"event {event['id']}: deadline moved later {first:.3f} -> {event['deadline']:.3f}"
                 )
-    # A late-arrival drain (a holder no run had signalled: after a restart, once the event is confirmed) is
-    # the same event's drain going on, not a second drain of it.
-    starts = sorted({s["drain"]["started_at"] for s in states if s["drain"] and not s["drain"].get("late")})
+    # A late arrival (a holder no run had signalled: after a restart, once the event is confirmed) joins the
+    # event's drain, reopened with its start: never a second drain of the event.
+    starts = sorted({s["drain"]["started_at"] for s in states if s["drain"]})
     if len(starts) > 1:
         out.append(f"the event was drained more than once: drains started at {starts}")
     excused = {pid for crash in facts.get("crashes", []) for pid in crash.get("unconfirmed_term", [])}
@@ -141,8 +141,8 @@ def _check_cleared(facts: dict[str, Any]) -> list[str]:
     (`Lifecycle.drain_finished`, as `restored` keeps "cancelled" for a drain on file whose events are gone):
     the daemon's state is idle, and `status` says how that last drain ended. That is no orphan; a driver
     that cleared on "every holder gone" alone met it whenever the clear reached the loop before the end of
-    the late-arrival drain that killed the last holder (a drain's end waits for its state-file writes,
-    daemon/writeahead.py, so under load the clear often won)."""
+    the reopened drain that killed a late arrival, the last holder (a drain's end waits for its state-file
+    writes, daemon/writeahead.py, so under load the clear often won)."""
     cleared = facts.get("cleared")
     if cleared is None:
         return ["the state never went back to empty after the event cleared"]
@@ -151,14 +151,12 @@ def _check_cleared(facts: dict[str, Any]) -> list[str]:
 
 
 def _check_history(facts: dict[str, Any]) -> list[str]:
-    """The drain is in the history, finished, once, with every holder that got a SIGTERM (a late-arrival
-    drain has an entry of its own)."""
+    """The drain is in the history, finished, once, with every holder that got a SIGTERM (a late arrival
+    is in the one entry: it joined the drain, reopened)."""
     history: list[dict[str, Any]] = facts.get("history", [])
-    first = [e for e in history if not e.get("late")]
-    if len(first) != 1:
-        return [
-            f"the history holds {len(first)} first drain(s) of the event, not 1: {[e['id'] for e in first]}"
-        ]
+    if len(history) != 1:
+        ids = [e["id"] for e in history]
+        return [f"the history holds {len(history)} drain(s) of the event, not 1: {ids}"]
     out = [f"drain {e['id']} is in the history with no outcome" for e in history if e.get("outcome") is None]
     listed = {p["pid"] for e in history for p in e.get("processes", []) if "SIGTERM" in p.get("signals", [])}
     missing = [h["pid"] for h in facts["holders"] if h.get("terms") and h["pid"] not in listed]

@@ -66,10 +66,17 @@ def test_a_job_restarted_after_the_drain_gets_its_sigterm_and_the_events_deadlin
         assert late.popen.wait(timeout=20) == -signal.SIGKILL  # killed at the same deadline
         killed_at = time.time()
         assert deadline <= killed_at <= deadline + 1.5, killed_at - deadline
-        harness.wait_metric("tpu_watchdog_drains_total", 1, outcome="timed_out")
+        harness.wait_state("timed_out")  # the drain it joined timed out: a late arrival was killed
+        assert harness.metric("tpu_watchdog_drains_total", outcome="exited") == 1  # counted at its first end
+        assert harness.metric("tpu_watchdog_drains_total", outcome="timed_out") == 0
         record = harness.daemon.view.last_record
         assert record is not None
         assert record.late
+        assert record.outcome is not None
+        assert record.outcome.value == "timed_out"
+        assert record.processes[first.identity].end is not None  # one record: the first wave's too
+        (entry,) = harness.daemon.recorder.history.entries()  # one drain, its entry rewritten
+        assert (entry["id"], entry["outcome"]) == (record.drain_id, "timed_out")
         assert record.processes[late.identity].late_arrival
         assert "late arrival" in record.processes[late.identity].describe(record.started)
         assert harness.metric(SIGNALS, signal="SIGTERM") == 2  # one each, never a second
@@ -84,7 +91,9 @@ def test_a_late_arrival_that_leaves_on_sigterm_ends_its_drain_and_nobody_new_aft
         harness.wait_state("drained")
         second = workloads.start("handled")
         assert second.popen.wait(timeout=10) == 0  # exits 0 on its SIGTERM
-        harness.wait_metric("tpu_watchdog_drains_total", 2, outcome="exited")
+        wait_for(lambda: len(harness.daemon.recorder.history.entries()[-1]["processes"]) == 2,
+                 what="the late arrival in its event's drain")  # fmt: skip
+        assert harness.metric("tpu_watchdog_drains_total", outcome="exited") == 1  # one event, one drain
         harness.wait_state("drained")
         fake.set(MAINTENANCE, "NONE")
         harness.wait_state("idle")
@@ -246,3 +255,27 @@ def test_a_sigterm_only_intended_is_not_sent_again_and_its_job_is_killed_once_th
         assert harness.daemon.lifecycle.events["maintenance-event"].confirmed
         assert harness.metric(SIGNALS, signal="SIGTERM") == 0  # possibly sent already: never a second
     no_sigterm_within(job, 0.5)
+
+
+def test_a_late_arrival_after_a_restart_joins_the_drain_that_ended_before_it(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """The state file keeps the ended drain while its event is on: a restarted daemon still knows the drain
+    a late arrival joins, and the entry keeps what the first end knew of its processes."""
+    first = workloads.start("handled")
+    fake.set(MAINTENANCE, TERMINATE)
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=60.0) as harness:
+        harness.wait_state("drained")
+        assert first.popen.wait(timeout=10) == 0
+        (before,) = harness.daemon.recorder.history.entries()
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=60.0) as harness:
+        late = workloads.start("handled")
+        assert late.popen.wait(timeout=20) == 0  # its SIGTERM, once the event is confirmed
+        history = harness.daemon.recorder.history
+        wait_for(lambda: len(history.entries()[-1]["processes"]) == 2, what="the late arrival in the drain")
+        harness.wait_state("drained")
+        (entry,) = history.entries()
+        assert (entry["id"], entry["started"], entry["late"]) == (before["id"], before["started"], True)
+        assert entry["processes"][0] == before["processes"][0]  # as its first end knew it
+        assert entry["processes"][1]["late_arrival"]
+        assert harness.metric("tpu_watchdog_drains_total", outcome="exited") == 0  # counted by the first run

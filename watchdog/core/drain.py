@@ -90,6 +90,7 @@ class DrainCore:
         possibly_signalled: Collection[ProcessIdentity] = (),
         started: float | None = None,
         earlier: Iterable[ProcessRecord] = (),
+        drain_id: str = "",
     ) -> None:
         """`started`: when the drain began, if before `now` (a drain resumed after a restart keeps its
         start, so its duration and every offset count from there). `earlier`: its processes that an earlier
@@ -104,7 +105,7 @@ class DrainCore:
         began = now if started is None else min(started, now)
         self.record = DrainRecord(
             started=began, started_wall=now_wall - (now - began), deadline=deadline, on_timeout=on_timeout,
-            dry_run=dry_run, late=late,
+            dry_run=dry_run, late=late, drain_id=drain_id,
         )  # fmt: skip
         self._now = now  # when this run of the drain starts (`start`)
         self.phase = Phase.WAITING

@@ -94,6 +94,8 @@ def signal_name(signum: int) -> str:
 
 UNKNOWN_EXIT = ExitStatus()
 
+REOPENED = " (reopened for a late arrival)"  # a drain a late arrival joined after it had ended
+
 
 INFERRED_DEATH = (
     "died of SIGTERM's default action, inferred: its SIGTERM was at the default (no handler) when it was "
@@ -242,7 +244,8 @@ class DrainRecord:
     ended: float | None = None
     processes: dict[ProcessIdentity, ProcessRecord] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    late: bool = False  # a drain for late arrivals: its event's first drain had ended, the event had not
+    late: bool = False  # reopened for late arrivals: it had ended, its events had not (`Lifecycle`)
+    drain_id: str = ""  # the lifecycle's id of the drain (`ActiveDrain.drain_id`); "": a drill's
 
     def wall(self, monotonic: float) -> float:
         """The wall-clock time of a monotonic instant of this drain."""
@@ -262,9 +265,9 @@ class DrainRecord:
         """Lines for humans: the outcome, then each process."""
         state = self.outcome.value if self.outcome else "in progress"
         took = f" after {self.ended - self.started:.2f} s" if self.ended is not None else ""
-        late = "late-arrival " if self.late else ""
+        late = REOPENED if self.late else ""
         head = (
-            f"{late}drain {state}{took} (deadline +{self.deadline - self.started:.1f} s, on timeout: "
+            f"drain {state}{took}{late} (deadline +{self.deadline - self.started:.1f} s, on timeout: "
             f"{self.on_timeout}{', dry run: nothing was sent' if self.dry_run else ''})"
         )
         lines = [head] + [f"  {p.describe(self.started, self.dry_run)}" for p in self.processes.values()]
@@ -288,10 +291,10 @@ class DrainRecord:
             counts[what] = counts.get(what, 0) + 1
         parts = ", ".join(f"{n} {what}" for what, n in counts.items())
         dry = " (dry run: nothing was sent)" if self.dry_run else ""
-        late = "late-arrival " if self.late else ""
+        late = REOPENED if self.late else ""
         lost = len(self.losses())
         lost_text = f" ({lost} of them lost their progress)" if lost else ""
-        head = f"{late}drain {state}{took}: {len(procs)} process(es)"
+        head = f"drain {state}{took}{late}: {len(procs)} process(es)"
         return f"{head}{': ' + parts if parts else ''}{lost_text}{dry}"
 
     def to_dict(self) -> dict[str, object]:

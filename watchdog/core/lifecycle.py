@@ -14,8 +14,10 @@ Rules (the product's promises):
   earlier (a preemption during a maintenance drain shortens it), never later.
 - When none of a running drain's events is still active, the drain is cancelled (no SIGKILL).
 - A drain ends when its holders are gone, but its events may go on: a process that opens a device while
-  they do (a job supervisor restarting the job) gets a drain of its own, a late-arrival drain, with the
-  deadline of the events it serves (`late_arrivals`). Once the events clear, nobody new is signalled.
+  they do (a job supervisor restarting the job) joins that drain, reopened (`late_arrivals`): the same id,
+  the same start, the deadline of the events it serves. One event is one drain. The reopened drain's
+  outcome is the more telling of its ends (`joined_outcome`). Once the events clear, nobody new is
+  signalled.
 - Events restored from the state file are unconfirmed until a metadata answer in this run says they are
   still on (`confirmed`): the edge signals nobody new for them until then (see `Daemon.admits_newcomers`).
 """
@@ -69,7 +71,7 @@ class ActiveDrain:
     started: float
     deadline: float
     cancelling: bool = False  # asked to stop: a new event waits for it to end, then gets its own drain
-    late: bool = False  # for late arrivals: its events' first drain had ended, the events had not
+    late: bool = False  # reopened for late arrivals: it had ended, its events had not
     drain_id: str = ""
 
     def __post_init__(self) -> None:
@@ -122,13 +124,29 @@ class CancelDrain:
 
 Action = EventStarted | EventCleared | StartDrain | MoveDeadline | CancelDrain
 
+# How telling an end is, for a drain reopened for late arrivals: its outcome is the first end's, unless a
+# later end is more telling (a late arrival killed at the deadline: timed_out). A reopened drain cancelled
+# (the event cleared) or interrupted (the daemon stopped: it resumes) leaves the first end's.
+_TELLING = {Outcome.NO_HOLDERS.value: 0, Outcome.EXITED.value: 1, Outcome.TIMED_OUT.value: 2}
+
+
+def joined_outcome(first: str | None, then: str) -> str:
+    """The outcome of a drain that ended as `first` (None: it had not ended) and, reopened, as `then`."""
+    if first is None:
+        return then
+    if _TELLING.get(then, -1) > _TELLING.get(first, -1):
+        return then
+    return first
+
 
 @dataclass
 class Lifecycle:
     events: dict[str, Event] = field(default_factory=dict)  # by source
     drain: ActiveDrain | None = None
-    last_outcome: str | None = None
+    last_outcome: str | None = None  # of the last drain (of the running one, if reopened: its first end)
     rehearsed: bool = False  # the last drain was a dry run: its outcome is not the daemon's state
+    ended: ActiveDrain | None = None  # the last drain that ended while its events are on: a late arrival
+    ended_at: float | None = None  # joins it (`late_arrivals`); when it (first) ended
 
     @classmethod
     def restored(
@@ -138,14 +156,19 @@ class Lifecycle:
         last_outcome: str | None,
         default_grace: float = DEFAULT_MAINTENANCE_GRACE,
         rehearsed: bool = False,
+        ended: ActiveDrain | None = None,
+        ended_at: float | None = None,
     ) -> Lifecycle:
         """The lifecycle a state file describes: its events unconfirmed (and, from files written before
         events had deadlines, `default_grace` after they were first seen). A drain none of whose events is
-        still active was being cancelled when the daemon stopped: it is over (cancelled), not resumed."""
+        still active was being cancelled when the daemon stopped: it is over (cancelled), not resumed.
+        `ended`: the drain that had ended while its events were on, which a late arrival joins."""
         life = cls(last_outcome=last_outcome, rehearsed=rehearsed)
         for e in events:
             deadline = e.deadline if e.deadline is not None else e.first_seen + default_grace
             life.events[e.source] = replace(e, deadline=deadline, confirmed=False)
+        if drain is None and ended is not None and life._serves(ended):
+            life.ended, life.ended_at = replace(ended, event_ids=list(ended.event_ids)), ended_at
         if drain is not None:
             if {e.event_id for e in life.events.values()}.intersection(drain.event_ids):
                 life.drain = replace(drain, event_ids=list(drain.event_ids), cancelling=False)
@@ -201,8 +224,14 @@ class Lifecycle:
         for event in self.events.values():
             if event.event_id in covered:
                 event.drained = True
+        ended, first = self.drain, self.last_outcome if self.drain.late else None
         self.drain = None
-        self.last_outcome, self.rehearsed = outcome, rehearsed
+        self.last_outcome, self.rehearsed = joined_outcome(first, outcome), rehearsed
+        if not ended.late or self.ended_at is None:  # a reopened drain keeps its first end's time
+            self.ended_at = now
+        self.ended = replace(ended, cancelling=False, late=False)
+        if not self._serves(self.ended):  # its events are over (it was cancelled): nobody joins it
+            self.ended, self.ended_at = None, None
         return self.start_waiting(now)
 
     def start_waiting(self, now: float) -> list[Action]:
@@ -211,13 +240,25 @@ class Lifecycle:
         return self._start(waiting, now) if waiting and self.drain is None else []
 
     def late_arrivals(self, now: float) -> list[Action]:
-        """A process holds a device while drained events are still on: a drain for it, with the deadline
-        of those events (none if a drain is running or no event is on)."""
+        """A process holds a device while drained events are still on: it joins their drain, reopened
+        (same id, same start), with the deadline of those events (nothing if a drain is running or no
+        event is on). The drain keeps its first end's outcome until it ends again (`drain_finished`)."""
         if self.drain is not None or not self.events:
             return []
         if any(not e.drained for e in self.events.values()):
             return self.start_waiting(now)  # an event no drain has covered: its own first drain
-        return self._start(list(self.events.values()), now, late=True)
+        events = list(self.events.values())
+        deadline = min(e.deadline if e.deadline is not None else now for e in events)
+        first = min(events, key=lambda e: e.first_seen)
+        ended = self.ended
+        if ended is None or not self._serves(ended):  # a file of an older version: a drain of its own
+            outcome = self.last_outcome
+            actions = self._start(events, now, late=True)
+            self.last_outcome = outcome
+            return actions
+        ids = list(ended.event_ids) + [e.event_id for e in events if e.event_id not in ended.event_ids]
+        self.drain = replace(ended, event_ids=ids, deadline=deadline, cancelling=False, late=True)
+        return [StartDrain(first, ended.started, deadline, True, ended.drain_id)]
 
     def admits_newcomers(self, now: float, unconfirmed_until: float) -> bool:
         """Whether a drain (or the late-arrival watch) may signal processes nobody signalled before: yes for
@@ -244,10 +285,14 @@ class Lifecycle:
         served = set(self.drain.event_ids) if self.drain is not None else None
         return [e for e in self.events.values() if served is None or e.event_id in served]
 
+    def _serves(self, drain: ActiveDrain) -> bool:
+        """Whether an event `drain` served is still on."""
+        return bool({e.event_id for e in self.events.values()}.intersection(drain.event_ids))
+
     def _start(self, events: list[Event], now: float, late: bool = False) -> list[Action]:
         deadline = min(e.deadline if e.deadline is not None else now for e in events)
         self.drain = ActiveDrain([e.event_id for e in events], now, deadline, late=late)
-        self.last_outcome = None
+        self.last_outcome, self.ended, self.ended_at = None, None, None
         first = min(events, key=lambda e: e.first_seen)
         return [StartDrain(first, now, deadline, late, self.drain.drain_id)]
 
@@ -269,6 +314,8 @@ class Lifecycle:
             if not live.intersection(self.drain.event_ids) and not self.drain.cancelling:
                 self.drain.cancelling = True
                 actions.append(CancelDrain(f"{event.source} went back to normal ({event.value} cleared)"))
+        if self.ended is not None and not self._serves(self.ended):
+            self.ended, self.ended_at = None, None  # its events are over: nobody joins it any more
         if not self.events and self.drain is None:
             self.last_outcome = None
         return actions

@@ -93,6 +93,7 @@ class DrainPlan:
     possibly_signalled: frozenset[ProcessIdentity] = frozenset()
     started: float | None = None  # when a resumed drain began (monotonic): its start, kept
     earlier: Sequence[ProcessRecord] = ()  # a resumed drain's processes that ended while the daemon was down
+    drain_id: str = ""  # the lifecycle's id of the drain, carried by its record
 
     def __post_init__(self) -> None:
         if self.grace is not None and self.deadline is not None:
@@ -173,6 +174,7 @@ def run_drain(
         possibly_signalled=plan.possibly_signalled,
         started=plan.started,
         earlier=plan.earlier,
+        drain_id=plan.drain_id,
     )
     loop = _Loop(core, scanner, signaller, exits, clock, listener)
     try:

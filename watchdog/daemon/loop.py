@@ -29,7 +29,15 @@ from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
-from watchdog.core.lifecycle import Action, CancelDrain, Lifecycle, MoveDeadline, StartDrain
+from watchdog.core.lifecycle import (
+    Action,
+    ActiveDrain,
+    CancelDrain,
+    Lifecycle,
+    MoveDeadline,
+    StartDrain,
+    joined_outcome,
+)
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL, Announcer
@@ -118,8 +126,9 @@ class Daemon:
         self.watcher = watcher_factory(self.inbox.put, functools.partial(self.outputs.failed, Output.LOG))
         saved = store.state
         self.lifecycle = Lifecycle.restored(
-            saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run
-        )
+            saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run,
+            saved.ended_drain, saved.ended_at,
+        )  # fmt: skip
         self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
         self.recorder = DrainRecorder(
             store, config, metrics, self.clock, saved, self.lifecycle, host=lambda: self.view.host,
@@ -350,6 +359,7 @@ class Daemon:
         self.store.save_lifecycle(
             life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
             intents=intents, last_dry_run=life.rehearsed, written=self.runner.persisted.set, durable=False,
+            ended=life.ended, ended_at=life.ended_at,
         )  # fmt: skip
         self.runner.writer.sync_soon()  # the fsyncs off the loop: a hung disk must not stop it hearing events
         self.reporter.persistence()  # guarded, as every output below
@@ -395,7 +405,15 @@ class Daemon:
             tuple(active.event_ids) if active else (), bool(active and active.late), already, first,
             self.newcomers.possibly_signalled, active.started if active else None,
             tuple(s for s in on_file if active and s.intent_at >= active.started),  # its own, not earlier
+            self._previous(active),
         ))  # fmt: skip
+
+    def _previous(self, active: ActiveDrain | None) -> DrainRecord | None:
+        """A reopened drain's record from when it ended in this run: it goes on from there."""
+        last = self.view.last_record
+        if active is None or not active.late or last is None or last.drain_id != active.drain_id:
+            return None
+        return last
 
     def _drain_done(self, record: DrainRecord | None) -> None:
         self.runner.finished()
@@ -417,6 +435,10 @@ class Daemon:
             return  # the daemon is stopping: the state file keeps the drain for the next start
         drain, event = self.lifecycle.drain, self.lifecycle.drain_event()
         drain_id = drain.drain_id if drain else ""
+        if drain is not None and drain.late:  # reopened: the first end's outcome, unless this one tells more
+            outcome = Outcome(joined_outcome(self.lifecycle.last_outcome, outcome.value))
+            record.outcome = outcome
+            self.view.last_record = record
         self.recorder.finished(record, outcome, self.lifecycle)
         waiting = self.lifecycle.drain_finished(outcome.value, self.clock.wall(), rehearsed=record.dry_run)
         state, deadline = self.lifecycle.state.value, self._deadline()

@@ -100,8 +100,9 @@ def late_arrivals(
     if newcomers:
         with outputs.guarded(Output.LOG):  # said before its drain starts: it must not stop that drain
             log.warning(
-                "late arrival: %s opened a TPU device while the event is still on: draining it with the "
-                "same deadline", ", ".join(f"pid {h.pid} ({h.name})" for h in newcomers),
+                "late arrival: %s opened a TPU device while the event is still on: it joins the "
+                "event's drain, reopened, with the same deadline",
+                ", ".join(f"pid {h.pid} ({h.name})" for h in newcomers),
                 extra=fields("late_arrival", pids=" ".join(str(h.pid) for h in newcomers)),
             )  # fmt: skip
     return newcomers

@@ -76,7 +76,10 @@ class Notices:
         if resumed:
             what = "resuming the drain"
         elif late:
-            what = "a process opened a TPU device while the event is still on: draining it: SIGTERM now"
+            what = (
+                "a process opened a TPU device while the event is still on: it joins drain "
+                f"{drain_id}, reopened: SIGTERM now"
+            )
         else:
             what = "draining the TPU holders: SIGTERM now"
         text = f"{what}; deadline {_hms(deadline)} ({time_left(deadline, self.clock.wall())})"

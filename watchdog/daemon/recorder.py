@@ -24,7 +24,14 @@ from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, Output, WatchedKey
 from watchdog.daemon.outputs import Outputs
 from watchdog.host.procfs import start_time
-from watchdog.store.drain_entry import Alive, DrainFacts, entry_from_record, entry_from_saved, open_entry
+from watchdog.store.drain_entry import (
+    Alive,
+    DrainFacts,
+    entry_from_record,
+    entry_from_saved,
+    open_entry,
+    rejoined,
+)
 from watchdog.store.history import DrainHistory
 from watchdog.store.records import SavedState
 from watchdog.store.statefile import StateStore
@@ -103,15 +110,20 @@ class DrainRecorder:
         if facts is None:
             return None
         with self.outputs.guarded(Output.STATUS):  # /status shows the drain without its processes, then
-            return entry_from_record(facts, record, self.store.state.signals, alive)
+            return self._entry(facts, record)
         return None
 
     def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
-        """A drain ended (not interrupted): write it down, then count it where it belongs (whoever sees
-        the counter move finds the drain in the history)."""
+        """A drain ended (not interrupted): write it down (a reopened drain's entry is rewritten, by its
+        id), then count it where it belongs (whoever sees the counter move finds the drain in the history).
+        A drain is counted once, when it first ends: a reopened one (a late arrival joined it) is not
+        counted again, whatever its second end."""
         drain = lifecycle.drain
+        counted = drain is not None and drain.late and self._ended_before(drain.drain_id)
         if drain is not None:
             self._guarded(self._write_finished, drain, record, lifecycle)
+        if counted:
+            return
         with self.outputs.guarded(Output.METRICS):
             if record.dry_run:
                 self.metrics.dry_run_drains.labels(outcome.value).inc()
@@ -120,10 +132,21 @@ class DrainRecorder:
                 if record.ended is not None:
                     self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
 
+    def _ended_before(self, drain_id: str) -> bool:
+        """Whether the history has the drain as ended (and so counted): it is being reopened."""
+        entry = self.history.find(drain_id)
+        return entry is not None and entry.get("outcome") is not None
+
     def _write_finished(self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle) -> None:
         facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
-        self.history.append(entry_from_record(facts, record, self.store.state.signals, alive))
+        self.history.append(self._entry(facts, record))
         self._persisted()
+
+    def _entry(self, facts: DrainFacts, record: DrainRecord) -> dict[str, object]:
+        """The drain's entry from its record; a reopened drain's over the entry of its first end."""
+        entry = entry_from_record(facts, record, self.store.state.signals, alive)
+        first = self.history.find(facts.drain_id) if facts.late else None
+        return rejoined(first, entry) if first is not None and first.get("outcome") is not None else entry
 
     def _guarded(self, step: Callable[..., None], *args: object) -> None:
         """The history is the account, not the drain: a bug in writing it must not stop the daemon from

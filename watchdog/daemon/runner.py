@@ -20,6 +20,7 @@ What the drain thread tells (its log lines, the signal counters, the state file'
 
 from __future__ import annotations
 
+import copy
 import logging
 import signal
 import threading
@@ -62,6 +63,7 @@ class DrainOrder:
     possibly_signalled: frozenset[ProcessIdentity] = frozenset()  # SIGTERM intents on file never confirmed
     started_wall: float | None = None  # when the drain began (`ActiveDrain.started`): a resumed one keeps it
     on_file: tuple[SignalRecord, ...] = ()  # a resumed drain's signals in the state file (its own only)
+    previous: DrainRecord | None = None  # a reopened drain's record from when it ended (this run's)
 
 
 class DrainRunner(DrainListener):
@@ -127,9 +129,14 @@ class DrainRunner(DrainListener):
             scan_first = bool(order.first_wave)  # else the holders come from a full scan
             holders = order.first_wave if scan_first else self._first_scan()
             self._said_started(order, holders)
-            started = None
-            if order.started_wall is not None:
-                started = self.clock.monotonic() - max(0.0, self.clock.wall() - order.started_wall)
+            started, previous = None, order.previous
+            if previous is not None:  # reopened in this run: its start and processes as it ended
+                started = previous.started
+                earlier = tuple(copy.deepcopy(list(previous.processes.values())))
+            else:
+                if order.started_wall is not None:
+                    started = self.clock.monotonic() - max(0.0, self.clock.wall() - order.started_wall)
+                earlier = earlier_processes(order.on_file, holders, exited_only=scan_first)
             plan = DrainPlan(
                 deadline=order.deadline,
                 on_timeout=self.config.on_timeout,
@@ -140,7 +147,8 @@ class DrainRunner(DrainListener):
                 scan_first=scan_first,
                 possibly_signalled=order.possibly_signalled,
                 started=started,
-                earlier=earlier_processes(order.on_file, holders, exited_only=scan_first),
+                earlier=earlier,
+                drain_id=order.drain_id,
             )
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
@@ -163,11 +171,12 @@ class DrainRunner(DrainListener):
             then = "SIGKILL what still holds a device" if self.config.on_timeout == "kill" else "leave them"
             dry, send = ("[dry run] ", "would send SIGTERM") if self.config.dry_run else ("", "SIGTERM")
             fresh = sum(signal.SIGTERM not in order.already_signalled.get(h.identity, ()) for h in holders)
-            if order.cause in ("resumed", "retry"):  # the same drain: only those not signalled yet get one
+            if order.cause in ("resumed", "retry") or order.late:  # the same drain: the unsignalled get one
                 began = f" (started {utc_time(order.started_wall)})" if order.started_wall is not None else ""
-                what = (
-                    f"{order.cause} drain {order.drain_id}{began}: {len(holders)} TPU holder(s) hold a device"
-                )
+                cause = "reopened" if order.cause not in ("resumed", "retry") else order.cause
+                what = f"{cause} drain {order.drain_id}{began}: {len(holders)} TPU holder(s) hold a device"
+                if cause == "reopened":
+                    what = f"late arrival: {what}"
                 what += (
                     f", {send} now to the {fresh} not yet signalled" if fresh else ", all signalled before"
                 )

@@ -7,7 +7,7 @@ from typing import Any
 
 from watchdog.core.clock import utc_time
 from watchdog.core.workload import words_of
-from watchdog.store.drain_text import process_line, totals
+from watchdog.store.drain_text import one_line, process_line
 
 
 def _when(wall: object) -> str:
@@ -90,10 +90,7 @@ def render(status: dict[str, Any]) -> str:
     recent = [d for d in status.get("recent_drains") or [] if isinstance(d, dict)]
     last = next((d for d in recent if d.get("outcome") is not None), None)
     if last is not None and not status.get("drain"):
-        tag = " (dry run)" if last.get("dry_run") else ""
-        lines.append(
-            f"last drain:  {last.get('outcome')}{tag}, started {last.get('started')}: {totals(last)}"
-        )
+        lines.append(f"last drain:  {one_line(last)}")
         lines += [
             f"  {process_line(p, dry_run=bool(last.get('dry_run')))}" for p in last.get("processes", [])
         ]

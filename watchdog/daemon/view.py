@@ -154,7 +154,6 @@ class StatusView:
                 "deadline": life.drain.deadline,
                 "time_left": max(0.0, life.drain.deadline - now),
                 "on_timeout": self.config.on_timeout,
-                "record": record.to_dict() if record else None,
                 "processes": (self.live_entry(record) or {}).get("processes", []) if record else [],
             },
             "recent_drains": self.history.recent(RECENT_DRAINS) if self.history else [],

@@ -109,6 +109,25 @@ def entry_from_record(
     return _entry(facts, outcome=outcome, ended=ended, processes=processes, notes=list(record.notes))
 
 
+def rejoined(first: Mapping[str, object], entry: dict[str, object]) -> dict[str, object]:
+    """A reopened drain's entry (`entry`, from its record) over the entry of its first end (`first`): a
+    process that had exited or been killed by then keeps what the first end knew of it (after a restart
+    the record knows it only from the state file: its exit and times unknown); the others, and the late
+    arrivals, are as the record has them now."""
+    before = first.get("processes")
+    if not isinstance(before, list):
+        return entry
+    done = {
+        (p.get("pid"), p.get("start_time")): p
+        for p in before
+        if isinstance(p, Mapping) and p.get("end") in (EXITED, KILLED)
+    }
+    now = entry.get("processes")
+    processes = [done.get((p.get("pid"), p.get("start_time")), p) for p in now if isinstance(p, Mapping)] \
+        if isinstance(now, list) else []  # fmt: skip
+    return {**entry, "processes": [dict(p) for p in processes]}
+
+
 def entry_from_saved(
     facts: DrainFacts, on_file: Sequence[SignalRecord], outcome: str, ended: float, why: str,
     alive: Alive | None = None,

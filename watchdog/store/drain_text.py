@@ -44,6 +44,23 @@ def _signals(proc: Mapping[str, object], dry_run: bool = False) -> list[str]:
     return [str(s) for s in signals] if isinstance(signals, list) else []
 
 
+def tags(entry: Entry) -> list[str]:
+    """What sets the drain apart: a rehearsal, or reopened for a late arrival after it had ended."""
+    return [
+        t
+        for t, on in (("dry run", entry.get("dry_run")), ("reopened for a late arrival", entry.get("late")))
+        if on
+    ]
+
+
+def one_line(entry: Entry) -> str:
+    """`timed_out, started 2027-01-15T08:00:00.250Z, after 5.0 min: 2 processes: ...` (`status`)."""
+    shown = tags(entry)
+    tag = f" ({', '.join(shown)})" if shown else ""
+    took = f", after {_secs(entry.get('duration'))}" if entry.get("ended") else ""
+    return f"{entry.get('outcome')}{tag}, started {entry.get('started')}{took}: {totals(entry)}"
+
+
 def totals(entry: Entry) -> str:
     """`3 processes: 2 exited on SIGTERM, 1 killed at the deadline` (a rehearsal: what would be sent)."""
     procs = _processes(entry)
@@ -126,8 +143,10 @@ def block(entry: Entry, *, state_drain_id: str | None = None) -> list[str]:
     what = ""
     if isinstance(event, Mapping) and event.get("key"):
         what = f"  {event.get('key')} = {event.get('value')}"
-    tags = [t for t, on in (("dry run", entry.get("dry_run")), ("late arrivals", entry.get("late"))) if on]
-    lines = [f"● drain {entry.get('id', '?')}: {outcome}{what}" + (f"  ({', '.join(tags)})" if tags else "")]
+    shown = tags(entry)
+    lines = [
+        f"● drain {entry.get('id', '?')}: {outcome}{what}" + (f"  ({', '.join(shown)})" if shown else "")
+    ]
     lines.append(f"     Started: {entry.get('started', '?')}")
     lines.append(f"    Deadline: {entry.get('deadline', '?')} (then {entry.get('on_timeout', '?')})")
     if entry.get("ended"):

@@ -221,6 +221,8 @@ class SavedState:
     signals: tuple[SignalRecord, ...] = field(default=())  # of the current (or last) drain
     on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT
     last_dry_run: bool = False  # the last drain was a rehearsal (absent from files of older versions)
+    ended_drain: ActiveDrain | None = None  # the drain that ended while its events are on: a late arrival
+    ended_at: float | None = None  # joins it after a restart too; when it (first) ended (absent: older files)
 
     @property
     def empty(self) -> bool:
@@ -250,6 +252,8 @@ class SavedState:
             "drain": drain_to_json(self.drain, self.on_timeout) if self.drain else None,
             "last_outcome": self.last_outcome,
             "last_dry_run": self.last_dry_run,
+            "ended_drain": drain_to_json(self.ended_drain, self.on_timeout) if self.ended_drain else None,
+            "ended_at": self.ended_at,
             "signals": [s.to_json() for s in self.signals],
         }
 
@@ -273,6 +277,9 @@ class SavedState:
         boot_id = r.string("boot_id")
         events = tuple(event_from_json(e.data, e.where) for e in r.items("events"))
         active, on_timeout = drain_from_json(drain.data, "drain") if drain else (None, DEFAULT_ON_TIMEOUT)
+        ended = r.child("ended_drain", optional=True) if "ended_drain" in r.data else None
+        ended_drain = drain_from_json(ended.data, "ended_drain")[0] if ended else None
+        ended_at = r.optional_time("ended_at") if "ended_at" in r.data else None
         return cls(
             boot_id=boot_id,
             events=events,
@@ -281,4 +288,6 @@ class SavedState:
             signals=tuple(SignalRecord.from_json(s.data, s.where) for s in r.items("signals")),
             on_timeout=on_timeout,
             last_dry_run=last_dry_run,
+            ended_drain=ended_drain,
+            ended_at=ended_at,
         )

@@ -139,6 +139,8 @@ class StateStore:
         last_dry_run: bool = False,
         written: Callable[[], None] | None = None,
         durable: bool = True,
+        ended: ActiveDrain | None = None,
+        ended_at: float | None = None,
     ) -> None:
         """The daemon's events and drain as they are now (copied: the lifecycle goes on changing its own),
         and what the drain's deadline does. A new drain (another start time) starts with no signals
@@ -151,7 +153,8 @@ class StateStore:
         file of another boot is set aside at load). The fsyncs (median 1.8 ms, but hundreds of ms when ext4
         has other writes to commit: docs/benchmarks.md) so come after the first SIGTERM. `durable=False`: no
         fsyncs here at all (the daemon's loop: `sync()` runs in a thread of its own, so a hung disk never
-        stops the loop from hearing the next event)."""
+        stops the loop from hearing the next event). `ended`, `ended_at`: the drain that ended while its
+        events are on, and when: a late arrival joins it, after a restart too."""
         saved_events = tuple(replace(e, confirmed=False) for e in events)  # as a reload gives them back
         saved_drain = (
             None if drain is None else replace(drain, event_ids=list(drain.event_ids), cancelling=False)
@@ -168,6 +171,8 @@ class StateStore:
                 state, events=saved_events, drain=saved_drain, last_outcome=last_outcome, signals=signals,
                 on_timeout=on_timeout if drain is not None else DEFAULT_ON_TIMEOUT,
                 last_dry_run=last_dry_run and last_outcome is not None,
+                ended_drain=None if ended is None else replace(ended, event_ids=list(ended.event_ids)),
+                ended_at=ended_at if ended is not None else None,
             )  # fmt: skip
             return _with_intents(state, intents, self.clock.wall())
 
