@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from watchdog.core.metadata_values import (
@@ -91,8 +91,10 @@ def test_junk_never_becomes_a_maintenance_value(body: str) -> None:
     st.booleans(),
 )
 def test_known_value_with_junk_around_it_is_malformed(known: str, junk: str, before: bool) -> None:
+    body = junk + known if before else known + junk
+    assume(not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}\n?", body))  # "NONE" + "0\n": a token of its own, unknown
     with pytest.raises(MalformedValue):
-        parse_maintenance_event(junk + known if before else known + junk)
+        parse_maintenance_event(body)
 
 
 # --- preempted --------------------------------------------------------------------------------------
