@@ -162,7 +162,7 @@ def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
     runner, done = runner_for(workloads, state_dir)
     scanner = GatedScanner(workloads)
     runner.scanner = scanner
-    runner.indexed, runner.known_pids = lambda: index.holders, lambda: index.pids
+    runner.indexed, runner.known_pids = lambda: index.holders, lambda: (index.pids, index.last_pid)
     todo = order(30.0)
     first = runner.first_wave(todo.deadline)  # as the loop does: the new PIDs looked at, nobody indexed
     assert [h.identity for h in first] == [new.identity]

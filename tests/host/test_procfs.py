@@ -343,3 +343,40 @@ def test_unreadable_fd_dir_is_unreadable_not_gone() -> None:
             assert _in_child_as_nobody(root, 309) == "ProcessGoneError"
         finally:
             (root / "308" / "fd").chmod(0o755)
+
+
+def test_pids_after_finds_a_new_process_and_never_a_thread(tmp_path: Path) -> None:
+    """The PIDs allocated since, looked up one by one: a new process is there; a new thread of an old one
+    (its id names a /proc entry too) is not; a fixture tree without the counters says None."""
+    last = Procfs().last_pid()
+    assert last is not None
+    ready, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(target=lambda: (ready.set(), stop.wait()), daemon=True)
+    thread.start()
+    ready.wait()
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        found = Procfs().pids_after(last)
+        assert found is not None
+        assert child.pid in found
+        assert thread.native_id not in found
+    finally:
+        stop.set()
+        child.kill()
+        child.wait()
+    tree = ProcTree(tmp_path / "proc")
+    tree.add(4000, "launcher", start_time=1000)
+    assert Procfs(str(tmp_path / "proc")).pids_after(3000) is None
+
+
+def test_pids_after_follows_the_numbers_round_a_wrap_and_gives_up_past_its_bound(tmp_path: Path) -> None:
+    root = tmp_path / "proc"
+    (root / "sys" / "kernel").mkdir(parents=True)
+    (root / "sys" / "kernel" / "pid_max").write_text("100\n")
+    (root / "sys" / "kernel" / "ns_last_pid").write_text("5\n")
+    for pid, tgid in ((97, 97), (3, 3), (4, 3), (50, 50)):  # 4: a thread of 3; 50: older than the scan
+        (root / str(pid)).mkdir()
+        (root / str(pid) / "status").write_text(f"Name:\tx\nTgid:\t{tgid}\nPid:\t{pid}\n")
+    assert Procfs(str(root)).pids_after(95) == [97, 3]
+    (root / "sys" / "kernel" / "pid_max").write_text("4194304\n")
+    assert Procfs(str(root)).pids_after(95) is None  # millions allocated since: list /proc instead

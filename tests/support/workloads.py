@@ -297,7 +297,7 @@ class OwnScanner:
         own = self.workloads.identities()
         return [h for h in self.inner.recheck(holders) if h.identity in own]
 
-    def newcomers(self, known: Collection[int]) -> list[Holder]:
+    def newcomers(self, known: Collection[int], after: int | None = None) -> list[Holder]:
         """The real scan of the processes the index has not seen (first wave too), narrowed the same way."""
         own = self.workloads.identities()
-        return [h for h in self.inner.newcomers(known) if h.identity in own]
+        return [h for h in self.inner.newcomers(known, after) if h.identity in own]

@@ -42,6 +42,7 @@ class HolderIndex:
         self._outputs = outputs  # a failed line or publish is counted there; the refreshes go on
         self._interval = interval
         self.seen: frozenset[int] = frozenset()  # the PIDs of the last published scan (`newcomers` skips)
+        self.seen_after: int | None = None  # and the last PID allocated before it (`newcomers` starts there)
         self._wake = threading.Event()
         self._wake.set()  # the first refresh at once: a drain soon after start has an index
         self._thread = threading.Thread(target=self._run, name="holder-index", daemon=True)
@@ -75,4 +76,5 @@ class HolderIndex:
             if not self._paused():
                 with self._outputs.guarded(Output.STATUS):
                     self._publish(tuple(result.holders))  # before `seen`: a new holder is then never missed
+                self.seen_after = getattr(result, "last_pid", None)  # before `seen`: never ahead of it
                 self.seen = frozenset(getattr(result, "pids", ()))  # a test's scanner may not say

@@ -152,7 +152,7 @@ class Daemon:
         self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
         self.index = HolderIndex(scanner, self._holders_scanned, busy, stop, outputs=self.outputs)
-        self.runner.known_pids = lambda: self.index.seen  # its new PIDs go in the first wave
+        self.runner.known_pids = lambda: (self.index.seen, self.index.seen_after)  # new PIDs: first wave
         self._answered: set[str] = set()
         self._ready_sent = False
         self._next_ping = self._next_scan = 0.0

@@ -96,7 +96,8 @@ class DrainRunner(DrainListener):
         self.deadline_mono = 0.0
         self.admit = True
         self.indexed: Callable[[], Sequence[Holder]] = tuple  # the warm holder index; the loop sets it
-        self.known_pids: Callable[[], Collection[int]] = frozenset  # the PIDs the index has seen; likewise
+        # The PIDs the index has seen, and the last PID allocated before its scan (None: unknown); likewise.
+        self.known_pids: Callable[[], tuple[Collection[int], int | None]] = lambda: (frozenset(), None)
         self._order: DrainOrder | None = None
 
     @property
@@ -208,13 +209,13 @@ class DrainRunner(DrainListener):
             except Exception:
                 with self.outputs.guarded(Output.LOG):
                     log.exception("re-checking the indexed holders failed; scanning them all")
-        newcomers: Callable[[Collection[int]], Sequence[Holder]] | None
+        newcomers: Callable[[Collection[int], int | None], Sequence[Holder]] | None
         newcomers = getattr(self.scanner, "newcomers", None)
         if newcomers is not None:
             try:
-                known = frozenset(self.known_pids())
-                taken = {h.identity for h in wave}
-                wave += [h for h in newcomers(known) if h.identity not in taken] if known else ()
+                pids, after = self.known_pids()
+                known, taken = frozenset(pids), {h.identity for h in wave}
+                wave += [h for h in newcomers(known, after) if h.identity not in taken] if known else ()
             except Exception:
                 with self.outputs.guarded(Output.LOG):
                     log.exception("scanning the processes the index has not seen failed; scanning them all")

@@ -82,6 +82,7 @@ class ScanResult:
     excluded: int = 0  # holders left out: kernel threads and the excludes (PID 1, self, parent: not read)
     matched: tuple[MatchedDevice, ...] = ()  # every path the patterns matched, refused ones too, judged
     pids: frozenset[int] = frozenset()  # the processes there were to look at (`newcomers` skips them)
+    last_pid: int | None = None  # the namespace's last PID before they were listed (`newcomers` starts there)
     agents: tuple[Holder, ...] = ()  # GPU agents holding a device: left alone, never signalled
 
 
@@ -173,6 +174,7 @@ class HolderScanner:
         if not devices:
             return ScanResult(holders=(), devices=(), matched=devices.matched)
         never = {1, os.getpid(), os.getppid(), *self.excludes.pids}
+        last_pid = self.procfs.last_pid()  # before the listing: a process started during it is newer
         pids = [pid for pid in self.procfs.pids() if pid not in never]
         seen: SeenPaths = {}
         workers = max(1, min(self.workers, len(pids) // _PIDS_PER_WORKER))
@@ -208,18 +210,23 @@ class HolderScanner:
             excluded=sum(t.excluded for t in tallies),
             matched=devices.matched,
             pids=frozenset(pids),
+            last_pid=last_pid,
             agents=tuple(sorted((h for t in tallies for h in t.agents), key=lambda h: h.pid)),
         )
 
-    def newcomers(self, known: Collection[int]) -> list[Holder]:
+    def newcomers(self, known: Collection[int], after: int | None = None) -> list[Holder]:
         """The holders among the processes not in `known` (the PIDs of an earlier scan: the warm index's):
         a job started since that scan is found without reading every fd on the host. A PID reused since
-        then is not new here; the full scan that follows a drain's first wave finds it."""
+        then is not new here; the full scan that follows a drain's first wave finds it. `after`: that
+        scan's `last_pid`; then only the PIDs allocated since are looked up (`Procfs.pids_after`), else
+        every PID listed."""
         devices = self.devices()
         never = {1, os.getpid(), os.getppid(), *self.excludes.pids}
         tally = _Tally()
         if devices:
-            new = [pid for pid in self.procfs.pids() if pid not in known and pid not in never]
+            since = self.procfs.pids_after(after) if after is not None else None
+            listed = self.procfs.pids() if since is None else since
+            new = [pid for pid in listed if pid not in known and pid not in never]
             self._scan_pids(new, devices, {}, tally)
         if tally.failure is not None:
             raise tally.failure
