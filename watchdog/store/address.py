@@ -9,14 +9,18 @@ was killed names an address nothing may answer on, and `status` then tries the c
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 
 LISTEN_FILE = "listen"
 
 
 def write_listen_address(state_dir: str, address: str) -> None:
-    """Replace the file atomically (a reader sees the old line or the new one, never half of one)."""
+    """Replace the file atomically (a reader sees the old line or the new one, never half of one). The
+    temporary files of writes a crash interrupted (kill -9 between open and rename) go first: one daemon
+    per state dir, so none is another's write in progress."""
     path = os.path.join(state_dir, LISTEN_FILE)
+    _remove_leftovers(state_dir)
     partial = f"{path}.{os.getpid()}.tmp"
     with open(partial, "w", encoding="ascii") as handle:
         handle.write(address + "\n")
@@ -26,6 +30,13 @@ def write_listen_address(state_dir: str, address: str) -> None:
 def remove_listen_address(state_dir: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(state_dir, LISTEN_FILE))
+    _remove_leftovers(state_dir)
+
+
+def _remove_leftovers(state_dir: str) -> None:
+    for leftover in glob.glob(glob.escape(os.path.join(state_dir, LISTEN_FILE)) + ".*.tmp"):
+        with contextlib.suppress(OSError):
+            os.unlink(leftover)
 
 
 def read_listen_address(state_dir: str) -> str | None:
