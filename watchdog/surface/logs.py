@@ -120,7 +120,7 @@ class LogWriter(logging.Handler):
         self.on_drop: Callable[[], None] = lambda: None
         self.dropped = 0  # since the daemon started
         self._unsaid = 0  # dropped since the last line that said so
-        self._queue: queue.Queue[logging.LogRecord | None] = queue.Queue(size)
+        self._queue: queue.Queue[logging.LogRecord] = queue.Queue(size)
         self._thread = threading.Thread(target=self._write, name="log-writer", daemon=True)
         self._thread.start()
 
@@ -151,7 +151,8 @@ class LogWriter(logging.Handler):
         return done.wait(timeout)
 
     def _write(self) -> None:
-        while (record := self._queue.get()) is not None:
+        while True:  # a daemon thread: it ends with the process
+            record = self._queue.get()
             flushed = record.__dict__.get("flushed")
             if flushed is not None:
                 flushed.set()
