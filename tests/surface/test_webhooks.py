@@ -12,6 +12,9 @@ import pytest
 from tests.support.failing_logs import every_line_raising
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import SECRET_PATH, WebhookReceiver
+from watchdog.core.vocabulary import Output
+from watchdog.daemon.outputs import Outputs
+from watchdog.surface.metrics import Metrics
 from watchdog.surface.webhooks import FailureReason, WebhookSender
 
 
@@ -138,19 +141,72 @@ def test_what_is_still_queued_when_the_daemon_stops_is_counted_not_lost_silently
     assert counts.failed == [FailureReason.STOPPED] * 2  # the one in flight was sent; two never were
 
 
+def errors(metrics: Metrics, output: Output) -> float | None:
+    return metrics.registry.get_sample_value("tpu_watchdog_output_errors_total", {"output": output.value})
+
+
 def test_a_counter_and_a_log_that_raise_end_nothing_the_next_notice_arrives() -> None:
     """A failure's counter raising, then the line of that failure raising too, once ended the webhook's
-    thread: every later notice was queued for nobody."""
+    thread: every later notice was queued for nobody. Each is the daemon's output error, counted."""
 
     def raising(reason: FailureReason) -> None:
         raise RuntimeError("the metric is broken")
 
-    delivered = Counts()
+    delivered, metrics = Counts(), Metrics()
     with WebhookReceiver(statuses=[400]) as receiver, every_line_raising("tpu-watchdog") as lines:
-        hooks = WebhookSender([receiver.url], on_sent=delivered.on_sent, on_failed=raising, backoff=0.01)
+        hooks = WebhookSender(
+            [receiver.url], on_sent=delivered.on_sent, on_failed=raising, backoff=0.01,
+            guarded=Outputs(metrics).guarded,
+        )  # fmt: skip
         hooks.submit({"type": "event_started", "text": "rejected"})
-        wait_for(lambda: lines.refused("unexpected failure"), what="the failure's line, refused")
+        wait_for(lambda: lines.refused("notice not delivered"), what="the failure's line, refused")
         hooks.submit({"type": "drain_finished", "text": "after it"})
         wait_for(lambda: delivered.sent, what="the next notice delivered")
         hooks.close(1.0)
     assert receiver.delivered()[-1] == {"type": "drain_finished", "text": "after it"}
+    assert (errors(metrics, Output.METRICS), errors(metrics, Output.LOG)) == (1, 1)
+    assert not lines.refused("unexpected failure")  # each failure ended its own output only
+
+
+def test_a_delivered_notice_whose_counter_raises_is_delivered_not_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The delivered counter raising once made the sender say the notice was lost, and the daemon's output
+    errors never saw it: now the notice is delivered (status and the receiver agree) and the counter's
+    failure is a counted metrics error."""
+
+    def raising() -> None:
+        raise RuntimeError("the metric is broken")
+
+    failed, metrics = Counts(), Metrics()
+    with WebhookReceiver(statuses=[]) as receiver:
+        hooks = WebhookSender(
+            [receiver.url], on_sent=raising, on_failed=failed.on_failed, guarded=Outputs(metrics).guarded
+        )
+        hooks.submit({"type": "drain_started"})
+        wait_for(lambda: hooks.status()[0]["sent"] == 1, what="the notice counted as delivered")
+        hooks.close(1.0)
+    assert receiver.types() == ["drain_started"]
+    assert failed.failed == []
+    assert errors(metrics, Output.METRICS) == 1
+    assert not any("unexpected failure" in r.getMessage() for r in caplog.records)
+
+
+def test_a_receiver_that_never_answers_times_out_each_attempt_and_is_counted() -> None:
+    """A receiver that takes the request and never answers: each attempt ends at the request timeout, the
+    notice is counted `retries_exhausted` "timed out", and the next notice is not held behind it for
+    longer than the tries take."""
+    counts = Counts()
+    with WebhookReceiver(statuses=[]) as receiver:
+        receiver.hold()
+        hooks = sender([receiver.url], counts, tries=2, timeout=0.2)
+        hooks.submit({"type": "event_started"})
+        wait_for(lambda: counts.failed, what="the timed-out notice counted")
+        assert hooks.status()[0]["last_error"] == "timed out after 2 attempt(s)"
+        receiver.release()
+        hooks.submit({"type": "drain_started"})
+        wait_for(lambda: counts.sent, what="the next notice delivered")
+        hooks.close(1.0)
+    assert counts.failed == [FailureReason.RETRIES_EXHAUSTED]
+    assert hooks.status()[0]["last_error"] is None  # the delivery after it cleared the error
+    assert receiver.types().count("drain_started") == 1  # the held attempts are answered too, once released

@@ -106,7 +106,9 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
             backoff_factory=wiring.backoff or WatchBackoff, on_output_error=on_output_error,
         )  # fmt: skip
 
-    senders = functools.partial(webhook_sender, metrics=metrics, backoff=wiring.webhook_backoff)
+    senders = functools.partial(
+        webhook_sender, metrics=metrics, outputs=outputs, backoff=wiring.webhook_backoff
+    )
     production, choice = host_scanner(config, transport, wiring.sys_root)
     say_profile(choice, config, outputs)
     scanner = wiring.scanner or (wiring.narrow(production) if wiring.narrow else production)
@@ -154,14 +156,18 @@ def gpu_cross_checked(
     return CrossChecked(scanner, gpus, stop, outputs=outputs)
 
 
-def webhook_sender(urls: Sequence[str], metrics: Metrics, backoff: float = BACKOFF) -> WebhookSender | None:
+def webhook_sender(
+    urls: Sequence[str], metrics: Metrics, outputs: Outputs, backoff: float = BACKOFF
+) -> WebhookSender | None:
     """The one place a webhook sender is built, at start-up and by a reload that changes notify.webhooks:
-    counted on the daemon's metrics. None when there is no URL."""
+    counted on the daemon's metrics, its own lines and counters under the daemon's output guard. None when
+    there is no URL."""
     if not urls:
         return None
     return WebhookSender(
         urls, on_sent=metrics.webhooks_sent.inc,
         on_failed=lambda reason: metrics.webhook_failures.labels(reason.value).inc(), backoff=backoff,
+        guarded=outputs.guarded,
     )  # fmt: skip
 
 

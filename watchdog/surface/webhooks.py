@@ -10,6 +10,10 @@ Retries: connection errors, timeouts, 429 and 5xx are tried again, up to `tries`
 backoff; another 4xx is the receiver refusing the body (`rejected`), not retried. Every attempt has its
 own timeout. Proxies come from the environment (HTTPS_PROXY, NO_PROXY), as for any HTTP client.
 
+What the webhook's thread tells of itself (its counters, its log lines) runs inside `guarded`, the daemon's
+output guard: a counter or a log line that fails is counted as that output's error, never taken for the
+notice's own failure, and never ends the thread.
+
 A webhook URL is a secret (whoever has it can post): logs and /status name a webhook by its number and its
 redacted URL only, and errors are said in words (requests' exception texts quote the URL).
 """
@@ -25,12 +29,14 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import requests
 
 from watchdog import __version__
 from watchdog.core.redaction import redacted_url
+from watchdog.core.vocabulary import Output
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -40,6 +46,12 @@ REQUEST_TIMEOUT = 5.0  # s to connect, and again to read the answer, per attempt
 QUEUE_SIZE = 50  # notices waiting per URL (an event makes four)
 
 Notice = Mapping[str, Any]
+Guarded = Callable[[Output], AbstractContextManager[object]]  # `Outputs.guarded`: swallows and counts
+
+
+def _suppressed(_output: Output) -> AbstractContextManager[object]:
+    """The guard of a sender built outside the daemon (a test, a command): a failure is dropped."""
+    return contextlib.suppress(Exception)
 
 
 # urllib3's own loggers write the request line, URL path and query included, at DEBUG: never from a
@@ -82,7 +94,8 @@ class _Target:
 
 
 class WebhookSender:
-    """Sends notices to every URL in `urls`; `on_sent()` and `on_failed(reason)` count them."""
+    """Sends notices to every URL in `urls`; `on_sent()` and `on_failed(reason)` count them, and what the
+    sender tells of itself runs in `guarded(output)`."""
 
     def __init__(
         self,
@@ -94,11 +107,12 @@ class WebhookSender:
         backoff: float = BACKOFF,
         timeout: float = REQUEST_TIMEOUT,
         queue_size: int = QUEUE_SIZE,
+        guarded: Guarded = _suppressed,
     ) -> None:
         if tries < 1 or queue_size < 1:
             raise ValueError("tries and queue_size must be at least 1")
         self.targets = [_Target(n, url) for n, url in enumerate(urls, start=1)]
-        self.on_sent, self.on_failed = on_sent, on_failed
+        self.on_sent, self.on_failed, self.guarded = on_sent, on_failed, guarded
         self.tries, self.backoff, self.timeout, self.queue_size = tries, backoff, timeout, queue_size
         self._closing = threading.Event()
         for name in _URLLIB3_LOGGERS:
@@ -178,7 +192,7 @@ class WebhookSender:
                 try:
                     self._deliver(session, target, notice)
                 except Exception:  # a webhook must never take the daemon down: logged whole, never raised
-                    with contextlib.suppress(Exception):  # the log may be what failed: the thread goes on
+                    with self.guarded(Output.LOG):  # the log may be what failed: the thread goes on
                         log.exception("%s: unexpected failure; the notice is lost", target.name)
                 finally:
                     with target.wake:
@@ -202,9 +216,12 @@ class WebhookSender:
                 if 200 <= status < 300:
                     target.sent += 1
                     target.last_error = None
-                    self.on_sent()
+                    with self.guarded(Output.METRICS):
+                        self.on_sent()
                     if attempt > 1:
-                        log.info("%s: %s delivered at attempt %d", target.name, notice.get("type"), attempt)
+                        with self.guarded(Output.LOG):
+                            kind = notice.get("type")
+                            log.info("%s: %s delivered at attempt %d", target.name, kind, attempt)
                     return
                 why = f"HTTP {status}"
                 if 300 <= status < 500 and status != 429:
@@ -212,9 +229,10 @@ class WebhookSender:
                     return
             if attempt == self.tries:
                 break
-            log.debug(
-                "%s: %s at attempt %d of %d; again in %g s", target.name, why, attempt, self.tries, delay
-            )
+            with self.guarded(Output.LOG):
+                log.debug(
+                    "%s: %s at attempt %d of %d; again in %g s", target.name, why, attempt, self.tries, delay
+                )
             if self._closing.wait(delay):
                 break
             delay *= 2
@@ -224,8 +242,10 @@ class WebhookSender:
         with target.wake:  # a queue_full comes from the submitting thread, the rest from the webhook's
             target.failed += 1
             target.last_error = why
-        self.on_failed(reason)
-        log.error("%s: %s notice not delivered: %s", target.name, notice.get("type", "a"), why)
+        with self.guarded(Output.METRICS):
+            self.on_failed(reason)
+        with self.guarded(Output.LOG):
+            log.error("%s: %s notice not delivered: %s", target.name, notice.get("type", "a"), why)
 
 
 def _in_words(error: BaseException) -> str:
