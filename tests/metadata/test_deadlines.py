@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 from tests.support.waiting import wait_for
-from tests.support.wakeups import switches, wakeups
+from tests.support.wakeups import asleep, switches, wakeups
 from watchdog.metadata.deadlines import Deadlines
 
 
@@ -85,7 +84,7 @@ def test_a_later_deadline_does_not_wake_the_thread_and_an_earlier_one_does() -> 
         deadlines.after(60.0, lambda: None)  # starts the thread: it sleeps 60 s
         thread = deadlines._thread
         assert thread is not None
-        wait_for(lambda: _blocked(thread), what="the deadline thread asleep")
+        wait_for(lambda: asleep(thread), what="the deadline thread asleep")
         before = switches(thread)
         for seconds in range(61, 71):
             deadlines.cancel(deadlines.after(float(seconds), lambda: None))
@@ -95,8 +94,3 @@ def test_a_later_deadline_does_not_wake_the_thread_and_an_earlier_one_does() -> 
         assert fired.wait(5)
     finally:
         deadlines.close()
-
-
-def _blocked(thread: threading.Thread) -> bool:
-    """`thread` is asleep (state S in /proc), not running or about to."""
-    return " S " in Path(f"/proc/self/task/{thread.native_id}/stat").read_text()

@@ -14,6 +14,15 @@ def switches(thread: threading.Thread) -> int:
     return int(values["voluntary_ctxt_switches"]) + int(values["nonvoluntary_ctxt_switches"])
 
 
+def asleep(thread: threading.Thread, in_kernel: str = "") -> bool:
+    """`thread` is blocked (state S in /proc), and, when `in_kernel` is given, in a kernel function whose
+    name contains it (/proc wchan, e.g. "epoll"): a wait it stays in, not a lock on its way there."""
+    task = Path(f"/proc/self/task/{thread.native_id}")
+    if " S " not in (task / "stat").read_text():
+        return False
+    return in_kernel in (task / "wchan").read_text()
+
+
 def wakeups(thread: threading.Thread, over: float) -> int:
     """How often `thread` woke up in the next `over` s: 0 for a thread blocked without a timeout, at least
     2 in 1.2 s for one polling every 0.5 s. An observation window, not a synchronisation."""
