@@ -61,6 +61,16 @@ def test_already_signalled_are_not_sigtermed_again_but_are_waited_for() -> None:
     assert "before restart" in c.record.processes[A.identity].describe(T0)
 
 
+def test_an_earlier_runs_signals_keep_the_times_they_went() -> None:
+    """Given when each went (the state file's times), the record shows them there, as the history does."""
+    c = core(A, B, already_signalled={A.identity: {TERM: T0 - 4.0}, B.identity: {TERM}})
+    assert c.start() == []
+    assert [s.at for s in c.record.processes[A.identity].signals] == [T0 - 4.0]
+    assert c.record.processes[A.identity].signalled_at == T0 - 4.0
+    assert "SIGTERM sent +1.00 s" in c.record.processes[A.identity].describe(T0 - 5.0)
+    assert [s.at for s in c.record.processes[B.identity].signals] == [None]  # not known: "before restart"
+
+
 def test_gone_before_signal_and_identity_changed_end_without_signal() -> None:
     c = core(A, B)
     c.start()

@@ -237,6 +237,20 @@ def test_a_drain_restarted_midway_and_joined_late_is_one_drain_on_every_surface(
             per_process[line["pid"]] = end.group(1) if end else line["message"]
     assert per_process == ends
 
+    # Each SIGTERM at one offset from the drain's start on every surface that times it, the ones the first
+    # daemon sent included (the resumed record once had them "before restart", untimed).
+    term = {p["pid"]: p["sent_after"]["SIGTERM"] for p in entry["processes"]}
+    assert None not in term.values(), term
+    shown = {p["pid"]: next(s["at"] for s in p["signals"] if s["signal"] == "SIGTERM") - last["started"]
+             for p in last["processes"]}  # fmt: skip
+    assert shown == pytest.approx(term, abs=0.002)
+    said = {}
+    for line in lines:
+        if line.get("kind") is None and line.get("drain_id") == drain_id and "pid" in line:
+            sent = re.search(r"SIGTERM sent \+([0-9.]+) s", line["message"])
+            said[line["pid"]] = float(sent.group(1)) if sent else line["message"]
+    assert said == pytest.approx(term, abs=0.006)
+
     # The metrics: counted once, at its first end (the reopened end adds nothing).
     metrics = report["metrics"]
     assert metric(metrics, "tpu_watchdog_drains_total", outcome="timed_out") == 1

@@ -95,7 +95,9 @@ class DrainCore:
         """`started`: when the drain began, if before `now` (a drain resumed after a restart keeps its
         start, so its duration and every offset count from there). `earlier`: its processes that an earlier
         run signalled and that no longer hold a device (they ended while the daemon was down): in the record
-        from the start, so every surface counts the same processes."""
+        from the start, so every surface counts the same processes. `already_signalled`: the signals an
+        earlier run (or drain of the event) sent each process, as signal numbers, or as signal number ->
+        when it went (monotonic; None when unknown)."""
         if on_timeout not in ON_TIMEOUT:
             raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {on_timeout!r}")
         if not rescan_interval > 0:
@@ -113,6 +115,9 @@ class DrainCore:
             {h.identity: h for h in holders}.values()
         )  # a duplicate is never signalled twice
         self._already = {i: set(s) for i, s in (already_signalled or {}).items()}
+        # When each was sent, where known (`already_signalled` maps signum -> monotonic time): the record
+        # shows an earlier run's signals at their times, as the history does.
+        self._sent_at = {i: dict(s) for i, s in (already_signalled or {}).items() if isinstance(s, Mapping)}
         # SIGTERM intents on file never confirmed sent (a crash between the write-ahead and the send): never
         # SIGTERMed again, and held back like newcomers until the event is confirmed (no SIGKILL before).
         self._unsure = set(possibly_signalled)
@@ -305,8 +310,9 @@ class DrainCore:
         )  # fmt: skip
         self.record.processes[holder.identity] = proc
         self._pending[holder.identity] = None
+        sent_at = self._sent_at.get(holder.identity, {})
         for signum in sorted(self._already.get(holder.identity, ())):
-            proc.signals.append(SentSignal(signum, None, SignalResult.SENT))
+            proc.signals.append(SentSignal(signum, sent_at.get(signum), SignalResult.SENT))
         if signal.SIGTERM not in self._already.get(holder.identity, ()):
             return SendSignal(holder.identity, signal.SIGTERM)
         return None

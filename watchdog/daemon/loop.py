@@ -391,11 +391,12 @@ class Daemon:
         """Run the lifecycle's current drain. `resume` (or a late-arrival drain): the signals of this
         event's earlier drains, on file, still count. Tells nothing: `announce` does, after."""
         self._refresh_admission()
-        already: dict[ProcessIdentity, set[int]] = {}
+        already: dict[ProcessIdentity, dict[int, float]] = {}  # each signal and when it went (the file's)
         active = self.lifecycle.drain
         on_file = self.store.state.signals if resume and active is not None else ()
         for record in on_file:
-            already.setdefault(record.identity, set()).add(int(signal.Signals[record.signal]))
+            sent, at = already.setdefault(record.identity, {}), record.sent_at or record.intent_at
+            sent.setdefault(int(signal.Signals[record.signal]), self._to_mono(at))
         self._next_progress = self.clock.monotonic() + self.progress_interval
         first = self.runner.first_wave(self._to_mono(deadline))
         if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave

@@ -137,7 +137,7 @@ class DrainRunner(DrainListener):
             else:
                 if order.started_wall is not None:
                     started = self.clock.monotonic() - max(0.0, self.clock.wall() - order.started_wall)
-                earlier = earlier_processes(order.on_file, holders, exited_only=scan_first)
+                earlier = earlier_processes(order.on_file, holders, scan_first, self._to_mono)
             plan = DrainPlan(
                 deadline=order.deadline,
                 on_timeout=self.config.on_timeout,
@@ -161,6 +161,9 @@ class DrainRunner(DrainListener):
         finally:
             self._flush()  # the loop's next write comes after the drain's
             self._done(record)
+
+    def _to_mono(self, wall: float) -> float:
+        return self.clock.monotonic() - (self.clock.wall() - wall)
 
     def _flush(self) -> None:
         if not self.writer.flush(PERSIST_WAIT):
@@ -301,11 +304,13 @@ class DrainRunner(DrainListener):
 
 
 def earlier_processes(
-    on_file: Sequence[SignalRecord], holders: Sequence[Holder], exited_only: bool
-) -> tuple[ProcessRecord, ...]:
+    on_file: Sequence[SignalRecord], holders: Sequence[Holder], exited_only: bool,
+    to_mono: Callable[[float], float],
+) -> tuple[ProcessRecord, ...]:  # fmt: skip
     """A resumed drain's processes that an earlier run signalled and that hold no device now: exited (how,
     unknown: it ended while the daemon was down) or, still running, released it. `exited_only`: the holders
-    came from the warm index, not a full scan, so a running one may still hold a device (the scan decides)."""
+    came from the warm index, not a full scan, so a running one may still hold a device (the scan decides).
+    Their signals keep the times the file has (`to_mono`: a wall time on the drain's clock)."""
     held = {h.identity for h in holders}
     grouped: dict[ProcessIdentity, list[SignalRecord]] = {}
     for s in on_file:
@@ -319,7 +324,8 @@ def earlier_processes(
         proc = ProcessRecord(identity, records[0].name, (), first_seen=0.0)
         for r in records:
             result = SignalResult(r.result or SignalResult.SENT.value)  # an intent: it may have gone
-            proc.signals.append(SentSignal(int(signal.Signals[r.signal]), None, result))
+            at = to_mono(r.sent_at or r.intent_at)
+            proc.signals.append(SentSignal(int(signal.Signals[r.signal]), at, result))
         proc.end = End.RELEASED if running else End.EXITED
         proc.exit_status = None if running else UNKNOWN_EXIT
         found.append(proc)
