@@ -9,11 +9,18 @@ here is something else) nspawn is started in a cgroup of its own, made by hand i
 and told to keep it (--keep-unit). Under a host systemd, `systemd-run --scope` gives it a scope instead.
 Everything is undone in `close()`: the container stopped (SIGTERM to nspawn), its cgroups removed, and
 what nspawn leaves under /run/systemd (when no other container uses it).
+
+Boots and that clean-up take turns, across processes (a lock file): nspawn mounts the root on
+/run/systemd/nspawn-root, a directory that looks empty on the host while a container uses it, so another
+container's clean-up could remove it between nspawn's mkdir and its mount ("Failed to mount
+/run/systemd/nspawn-root/usr ... No such file or directory", seen with the .deb's and the unit's containers
+booting side by side in `make test`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import shutil
@@ -21,6 +28,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -30,6 +38,16 @@ NSPAWN = "systemd-nspawn"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NSPAWN_RUNTIME = Path("/run/systemd/nspawn")
 BOOT_TIMEOUT = 30.0
+HOST_MOUNTS_LOCK = Path("/run/lock/tpuwd-test-nspawn.lock")
+
+
+@contextlib.contextmanager
+def host_mounts_turn() -> Iterator[None]:
+    """This process's turn to boot a container or clean up after one (see the module's docstring)."""
+    HOST_MOUNTS_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(HOST_MOUNTS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # the lock goes with the file's close
 
 
 def why_not() -> str | None:
@@ -108,7 +126,8 @@ class Container:
         self._nspawn: subprocess.Popen[bytes] | None = None
         self.pid = 0
         try:
-            self._boot(binds)
+            with host_mounts_turn():
+                self._boot(binds)
         except BaseException:
             self.close()
             raise
@@ -185,6 +204,10 @@ class Container:
 
     def close(self) -> None:
         """Stop the container and undo what booting it left on the host. Safe to call twice."""
+        with host_mounts_turn():  # nspawn's exit and the rmdirs below: never beside a boot
+            self._close()
+
+    def _close(self) -> None:
         if self._nspawn is not None:
             if self._nspawn.poll() is None:
                 self._nspawn.send_signal(signal.SIGTERM)  # nspawn asks the container to power off

@@ -69,10 +69,10 @@ class OverlayContainer(Container):
         state = wait_for(self._system_state, BOOT_TIMEOUT, 0.05, "the container's manager to answer")
         assert state in ("running", "degraded"), f"boot ended {state!r}:{self.boot_log()}"
 
-    def close(self) -> None:
-        """Container.close, and the lock directory nspawn makes for a --directory other than / (when empty:
-        another container may hold a lock there)."""
-        super().close()
+    def _close(self) -> None:
+        """Container's clean-up (in its turn), and the lock directory nspawn makes for a --directory other
+        than / (when empty: another container may hold a lock there)."""
+        super()._close()
         for leftover in (NSPAWN_RUNTIME / "locks", NSPAWN_RUNTIME):
             with contextlib.suppress(OSError):
                 leftover.rmdir()
