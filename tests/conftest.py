@@ -25,13 +25,13 @@ settings.load_profile("suite")
 
 # Node id prefixes of the tests that go first, in this order (measured on 2 shared cores; every prefix must
 # still name a test, tests/test_conftest.py checks: a renamed module would otherwise lose its place).
-# The soak starts at once: it is the longest (60 s by design) and keeps every core busy while it runs, so
+# The soak starts at once: it is the longest (60 s by design), so
 # beside it go the long tests that mostly wait (on deadlines, back-offs, a server that is down); the ones
 # that mostly compute (a .deb build and dpkg, containers, 50 daemons, 500 holders, JAX) come after it.
 RUN_FIRST = (
     "tests/system/test_soak.py::",
     "tests/system/test_daemon_faults.py::test_metadata_server_down_for_30_s",  # 30 s by design
-    # 40 s by design: a metadata server outage longer than the old backoff's cap
+    # 20 s by design: a metadata server outage deep into the old backoff's curve
     "tests/metadata/test_watch.py::test_a_value_changed_during_a_long_outage_is_delivered_within_2_s_of_the_return",
     "tests/system/test_crash_restart.py::test_kill_9_at_a_random_point_of_a_drain_keeps_every_promise",
     "tests/system/test_daemon_faults.py::",

@@ -380,9 +380,10 @@ def test_watcher_runs_the_three_watches_and_stops_them(
     assert all(s.mode is WatchMode.STOPPED for s in watcher.statuses())
 
 
-# Longer than the 30 s cap of the curve every failure once rode (1, 2, 4, 8, 16 s, jittered by 20 %, then
-# 30 s): at 40 s that curve is in a wait of 25 s or more; with the no-answer curve the wait is 1 s at most.
-OUTAGE_SEC = 40.0
+# Long enough for the curve every failure once rode (1, 2, 4, 8, 16 s, jittered by 20 %, then 30 s): its
+# 16 s wait starts between 12 and 18 s into the outage, so at 20 s it has 4.8 s or more to go; with the
+# no-answer curve the wait is 1 s at most.
+OUTAGE_SEC = 20.0
 RETURN_HEARD_SEC = 2.0  # the promise: a changed value is delivered this soon after the server is back
 
 

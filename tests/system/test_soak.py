@@ -1,7 +1,8 @@
-"""The soak (bench/soak.py) for 60 s under load (a busy process per core): random events, faults, holders,
-kill -9 and graceful restarts, late arrivals and clears-while-down, against a real daemon in a private PID
-namespace, judged from ground truth (bench/soak_checker.py). The 10-minute run is `make bench` (SOAK_S to
-change it); its table is in docs/reliability.md."""
+"""The soak (bench/soak.py) for 60 s: random events, faults, holders, kill -9 and graceful restarts, late
+arrivals and clears-while-down, against a real daemon in a private PID namespace, judged from ground truth
+(bench/soak_checker.py). Without the soak's own load (a busy process per core): in `make test` the other
+workers keep both cores busy already, and two more spinning processes slowed the whole suite past its
+3-minute goal. The loaded 30-minute runs are `python -m bench soak`; their table is in docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.timeout(400)
 def test_a_60_second_soak_keeps_every_promise() -> None:
     seconds, seed = float(os.environ.get("SOAK_TEST_S", "60")), int(os.environ.get("SOAK_SEED", "11"))
-    result = soak(seconds, seed=seed, load=True)
+    result = soak(seconds, seed=seed)
     assert result["violations"] == [], "\n\n".join(result["timelines"])
     # The driver did what a soak is for (with this seed): events, drains to the deadline, crashes, faults.
     assert result["events"] >= 2
@@ -30,7 +31,6 @@ def test_a_60_second_soak_keeps_every_promise() -> None:
     assert result["faults"] >= 5
     assert result["late_arrivals"] >= 1
     assert result["clears_while_down"] >= 1
-    assert result["cpu_busy_percent"] >= 90, "the load did not keep the cores busy"
     assert all(abs(offset) <= 1.0 for offset in result["kill_offsets_s"])
     # Flat at idle in the second half (one daemon, no restarts): no fd leak, RSS within 4 MiB of its start.
     rss, fds = result["rss_kib"], result["fds"]
