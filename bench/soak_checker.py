@@ -24,7 +24,8 @@ What a daemon run owes, on those facts:
   and died before sending it, and the next run never sends it again (`possibly_sent`: excused; SIGKILLed
   only once that run is admitted, as a newcomer).
 - SIGKILL: a process still holding at the deadline is SIGKILLed within KILL_TOLERANCE of it (a late arrival
-  found after it: by when its SIGTERM was owed). When the run up at the deadline ended or was told to stop
+  found after it: by when its SIGTERM was owed). With two possible deadlines (the first run died before it
+  surely wrote the event down), within KILL_TOLERANCE of one of them, never in between. When the run up at the deadline ended or was told to stop
   by then + KILL_TOLERANCE, or was a restarted run still starting (no READY=1 yet), the run that goes on
   kills what earlier runs SIGTERMed as it resumes the drain, heard or not: from the deadline to its READY=1
   + KILL_TOLERANCE (`restart_kills`, not timed against the deadline).
@@ -117,6 +118,7 @@ class Window:
     timed: bool  # judged against the deadline (not a restart's resume, not a late arrival past it)
     restart: bool  # due as the next run resumed the drain: none ran through the deadline
     deadlines: tuple[float, ...]
+    found: float | None = None  # a newcomer to its run: by when that run surely found it (then kills it)
 
 
 class _Checker:
@@ -341,18 +343,27 @@ class _Checker:
 
     def kill(self, holder: HolderFacts, episode: Episode, window: Window, died: float) -> None:
         self.verdict.counts["killed_without_sigterm"] += not self.terms.get((holder.serial, episode.index))
-        if window.timed:
-            offset = min((died - d for d in window.deadlines), key=abs)
-            self.verdict.kill_offsets.append(round(offset, 3))
-        else:
+        name, inside = _name(holder), window.lo - KILL_TOLERANCE <= died <= window.hi + KILL_TOLERANCE
+        if not inside:
+            side = "before" if died < window.lo else "after"
+            edge = window.lo if died < window.lo else window.hi
+            self.flag(died, f"SIGKILL of {name} {abs(died - edge):.2f} s {side} its window "
+                            f"{self.t(window.lo)}..{self.t(window.hi)} s (+-{KILL_TOLERANCE:.0f} s; deadline "
+                            f"{self.t(window.deadlines[0])} s, the {self.describe(episode)})")  # fmt: skip
+        if not window.timed:
             self.verdict.counts["restart_kills" if window.restart else "late_kills_untimed"] += 1
-        if window.lo - KILL_TOLERANCE <= died <= window.hi + KILL_TOLERANCE:
             return
-        side = "before" if died < window.lo else "after"
-        edge = window.lo if died < window.lo else window.hi
-        self.flag(died, f"SIGKILL of {_name(holder)} {abs(died - edge):.2f} s {side} its window "
-                        f"{self.t(window.lo)}..{self.t(window.hi)} s (+-{KILL_TOLERANCE:.0f} s; deadline "
-                        f"{self.t(window.deadlines[0])} s, the {self.describe(episode)})")  # fmt: skip
+        # Due at a deadline (which of them depends on what reached the state file), or, for a newcomer its
+        # run found past a deadline, as it was found: not anywhere between two deadlines far apart.
+        offset, found = min((died - d for d in window.deadlines), key=abs), window.found
+        if abs(offset) > KILL_TOLERANCE and found is not None and died <= found + KILL_TOLERANCE:
+            self.verdict.counts["late_kills_untimed"] += 1
+            return
+        self.verdict.kill_offsets.append(round(offset, 3))
+        if inside and abs(offset) > KILL_TOLERANCE:
+            dues = ", ".join(f"{self.t(d)} s" for d in window.deadlines)
+            self.flag(died, f"SIGKILL of {name} {abs(offset):.2f} s from its deadline, "
+                            f"+-{KILL_TOLERANCE:.0f} s ({dues}, the {self.describe(episode)})")  # fmt: skip
 
     def window(self, holder: HolderFacts, episode: Episode) -> Window | None:
         """When this holder's SIGKILL may come in this event, and whether it must; None: it may not."""
@@ -375,6 +386,7 @@ class _Checker:
             return None  # it came after the run was served the clear
         terms = self.terms.get((holder.serial, episode.index), [])
         unsure = (holder.serial, episode.index) in self.unsure
+        found: float | None = None
         # After the clear: allowed while unheard. A run that maybe has it on file may kill; it need not.
         owed = holder.opened < (episode.cleared or self.facts.end) and not view.doubtful
         # The run up at the deadline, killed or told to stop just after, may have killed then.
@@ -385,16 +397,15 @@ class _Checker:
             if view.admits is None:  # never admitted: nobody new past the deadline
                 return Window(first, first, False, False, True, deadlines) if dying else None
             lo = max(lo, view.admits)
-            if view.owes is None:
-                hi, owed = max(hi, self.found(holder, view, view.admits)), False
-            else:
-                hi = max(hi, self.found(holder, view))
+            found = self.found(holder, view, view.admits if view.owes is None else None)
+            hi, owed = max(hi, found), owed and view.owes is not None
         lo = first if dying else lo
         if view.clear is not None and view.clear <= hi + KILL_TOLERANCE:
             if view.clear + TERM_BOUND < lo:
                 return None  # served the clear first: nothing is SIGKILLed
             hi, owed = max(lo, min(hi, view.clear + TERM_BOUND)), False
-        return Window(lo, hi, owed, timed=not restart and hi <= last, restart=restart, deadlines=deadlines)
+        timed = not restart and hi <= last
+        return Window(lo, hi, owed, timed, restart, deadlines, found)
 
     def found(self, holder: HolderFacts, view: Knowledge, admitted: float | None = None) -> float:
         """By when a run admitted at `admitted` (its `owes`) has surely signalled this holder: a late arrival

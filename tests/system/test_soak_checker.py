@@ -409,6 +409,45 @@ def restarted_at_the_deadline(told: str | None) -> Facts:
     return facts
 
 
+def two_deadlines(served_again: float) -> Facts:
+    """Daemon #1 is served the preemption at t+10, SIGTERMs both holders and is killed at t+10.5, maybe
+    before its state file had the event; #2 (up at t+11, READY at t+11.5) is served it at `served_again`:
+    the SIGKILL is due at t+13 (#1's event on file) or at `served_again` + 3 (it was not). The clear comes
+    at t+20."""
+    facts = clean()
+    killed(facts, 10.5)
+    facts.instances.append(run(2, 11.0, 11.5))
+    facts.episodes[0].cleared = T0 + 20
+    facts.served[2:] = [served(served_again, "TRUE", arrived=11.2), served(20.02, "FALSE", arrived=19.0)]
+    return facts
+
+
+def test_a_sigkill_between_two_possible_deadlines_is_late() -> None:
+    """Deadlines t+13 and t+15.5 make a window of t+12..t+16.5 wide; a SIGKILL at t+14.25 is neither: late."""
+    facts = two_deadlines(12.5)
+    for died in (13.02, 15.52):
+        facts.holders[1].died = T0 + died
+        verdict = check(facts)
+        assert texts(verdict) == []
+        assert verdict.kill_offsets == [0.02]
+    facts.holders[1].died = T0 + 14.25
+    only(check(facts), "SIGKILL of pid 12", "1.25 s from its deadline", "t+13.00 s, t+15.50 s")
+
+
+def test_a_newcomer_found_past_the_first_deadline_is_killed_as_found_and_not_timed() -> None:
+    """Holder #3 opens at t+10.7, while no daemon runs; #2 is served the event at t+13.5, past #1's t+13
+    deadline: it may take holder #3 on at its next scan, SIGTERM and SIGKILL in one wave (t+14.8: 1.8 s and
+    1.7 s from the deadlines t+13 and t+16.5, no offset from either). At t+16.5, 3 s after, it is late."""
+    facts = two_deadlines(13.5)
+    facts.holders.append(holder(3, 13, "report", 10.7, terms=[T0 + 14.79], died=T0 + 14.8, exit_code=-9))
+    verdict = check(facts)
+    assert texts(verdict) == []
+    assert verdict.kill_offsets == [0.01]
+    assert verdict.counts["late_kills_untimed"] == 1
+    facts.holders[2].terms, facts.holders[2].died = [T0 + 16.49], T0 + 16.5
+    only(check(facts), "pid 13", "still held the device 2.0 s after daemon #2 was served")
+
+
 def test_a_sigkill_due_while_a_told_daemon_stops_is_due_when_the_next_one_is_up() -> None:
     verdict = check(restarted_at_the_deadline("stop"))
     assert texts(verdict) == []
