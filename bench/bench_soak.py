@@ -1,7 +1,9 @@
 """The soak (bench/soak.py): SOAK_S seconds (default 600) per run; the runs in SOAK_LOAD_SEEDS (default
 "7") go at once, each under load (a busy process per core), then those in SOAK_QUIET_SEEDS (default none)
-one after another without it. Their table, a column per run, goes in docs/reliability.md; a summary here. A
-60-second run under load is part of `make test` (tests/system/test_soak.py).
+one after another without it. Their table, a column per run, goes in docs/reliability.md; a summary here.
+SOAK_EVIDENCE=DIR keeps every run's logs and facts in DIR/seed-N (`python -m bench.soak --recheck` judges
+them again); without it they are kept only for a run with a report. A 60-second quiet run is part of
+`make test` (tests/system/test_soak.py).
 
 The 30-minute verdict on a release: `SOAK_S=1800 SOAK_LOAD_SEEDS=101,102,103 SOAK_QUIET_SEEDS=104
 .venv/bin/python -m bench soak` (about an hour: three loaded runs sharing the cores, then a quiet one)."""
@@ -33,6 +35,9 @@ def _command(seconds: float, seed: int, load: bool, out: str) -> list[str]:
         "--out",
         out,
     ]
+    evidence = os.environ.get("SOAK_EVIDENCE")
+    if evidence:
+        command += ["--evidence", str(Path(evidence) / f"seed-{seed}")]
     return command + (["--load"] if load else [])
 
 

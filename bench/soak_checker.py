@@ -25,10 +25,11 @@ What a daemon run owes, on those facts:
   only once that run is admitted, as a newcomer).
 - SIGKILL: a process still holding at the deadline is SIGKILLed within KILL_TOLERANCE of it (a late arrival
   found after it: by when its SIGTERM was owed). With two possible deadlines (the first run died before it
-  surely wrote the event down), within KILL_TOLERANCE of one of them, never in between. When the run up at the deadline ended or was told to stop
-  by then + KILL_TOLERANCE, or was a restarted run still starting (no READY=1 yet), the run that goes on
-  kills what earlier runs SIGTERMed as it resumes the drain, heard or not: from the deadline to its READY=1
-  + KILL_TOLERANCE (`restart_kills`, not timed against the deadline).
+  surely wrote the event down), within KILL_TOLERANCE of one of them, never in between. When the run up
+  at the deadline ended or was told to stop by then + KILL_TOLERANCE, or was a restarted run still
+  starting (no READY=1 yet), the run that goes on kills what earlier runs SIGTERMed as it resumes the
+  drain, heard or not: from the deadline to its READY=1 + KILL_TOLERANCE (`restart_kills`, not timed
+  against the deadline).
   None is owed, and none is allowed, once the run up was served the clear (TERM_BOUND for one in flight).
 - Never: a SIGTERM no run could have sent (none up within IN_FLIGHT before its receipt was admitted for
   an event, or each had been served its clear over TERM_BOUND before), a second SIGTERM to a process in one
