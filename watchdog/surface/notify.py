@@ -2,12 +2,20 @@
 
 Without NOTIFY_SOCKET (not under systemd, or not Type=notify) every call is a no-op. A NOTIFY_SOCKET that
 cannot be reached is worth one warning, never a crash: the daemon's job matters more than its bookkeeping.
+
+The loop calls it, so a message never waits: it is sent with sd_notify(3)'s own protocol (one datagram to the
+socket), without blocking. libsystemd's sd_notify blocks while the manager's receive queue is full (a hung or
+swamped PID 1), and systemd-python holds the GIL meanwhile: every thread of the daemon stops, no event is
+heard and no signal sent until PID 1 reads again. A message that finds the queue full is dropped, as a STATUS=
+is replaced by the next anyway (READY=1 too: systemd not reading it cannot start anything either). Addresses
+other than a path or an abstract socket (vsock:...) go through libsystemd.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 
@@ -16,11 +24,24 @@ log = logging.getLogger(__name__)
 Sender = Callable[[str], bool]
 
 
-def _systemd_sender() -> Sender:
-    import systemd.daemon as daemon
+def _systemd_sender(address: str) -> Sender:
+    if not address.startswith(("/", "@")):
+        import systemd.daemon as daemon
+
+        def through_libsystemd(message: str) -> bool:
+            return bool(daemon.notify(message))
+
+        return through_libsystemd
+    target = "\0" + address[1:] if address.startswith("@") else address  # "@": the abstract namespace
 
     def send(message: str) -> bool:
-        return bool(daemon.notify(message))
+        """A socket per message, as libsystemd does: nothing held open between them."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            try:
+                sock.sendto(message.encode(), socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL, target)
+            except BlockingIOError:
+                return False  # the manager's queue is full: it is not reading
+        return True
 
     return send
 
@@ -30,8 +51,9 @@ class Notifier:
 
     def __init__(self, environ: Mapping[str, str] | None = None, sender: Sender | None = None) -> None:
         env = os.environ if environ is None else environ
-        self.enabled = bool(env.get("NOTIFY_SOCKET"))
-        self._send = sender if sender is not None else (_systemd_sender() if self.enabled else None)
+        address = env.get("NOTIFY_SOCKET", "")
+        self.enabled = bool(address)
+        self._send = sender if sender is not None else (_systemd_sender(address) if address else None)
         self._warned = False
         self.watchdog_interval = _watchdog_interval(env)
 
@@ -40,7 +62,7 @@ class Notifier:
             return
         try:
             delivered = self._send(message)
-            problem = "" if delivered else "not delivered"
+            problem = "" if delivered else "not delivered: systemd is not reading it"
         except OSError as error:
             problem = str(error)
         if problem and not self._warned:
