@@ -16,6 +16,15 @@ from watchdog.host.procfs import PF_KTHREAD
 # ---------------------------------------------------------------- fixture trees
 
 
+@pytest.fixture(autouse=True)
+def own_pids_out_of_the_trees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scanner never reads its own PID or its parent's, taken from the real process; the trees here use
+    small made-up PIDs (500, 704, ...), which the test process or its parent can really have (it happened:
+    a pytest-xdist worker whose parent was PID 704). Made-up PIDs no tree uses stand in for them."""
+    monkeypatch.setattr(os, "getpid", lambda: 4_000_001)
+    monkeypatch.setattr(os, "getppid", lambda: 4_000_002)
+
+
 @pytest.fixture
 def devices(tmp_path: Path) -> Path:
     """A device dir with accel0 and accel1 (plain files: fixture scans match them by path)."""
