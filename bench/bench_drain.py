@@ -23,10 +23,11 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
+from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Outcome
-from watchdog.daemon.drain import DrainListener, DrainPlan, run_drain
+from watchdog.daemon.drain import DrainListener, run_drain
 from watchdog.host.holders import HolderScanner, ScanResult
 from watchdog.host.procfs import start_time
 from watchdog.store.statefile import StateStore

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, C, core, sent_all, started
 from watchdog.core.drain import (
     DrainCore,
+    DrainPlan,
     End,
     ExitStatus,
     Outcome,
@@ -220,13 +221,8 @@ def test_interrupt_keeps_what_was_sent_for_a_resume() -> None:
 
 
 def test_resume_past_deadline_kills_at_once_even_if_kill_was_intended_before() -> None:
-    c = DrainCore(
-        [A, B],
-        now=T0,
-        now_wall=0.0,
-        deadline=T0 - 1,
-        already_signalled={A.identity: {TERM, KILL}, B.identity: {TERM}},
-    )
+    plan = DrainPlan(deadline=T0 - 1, already_signalled={A.identity: {TERM, KILL}, B.identity: {TERM}})
+    c = DrainCore([A, B], plan, now=T0, now_wall=0.0)
     assert c.start() == [SendSignal(A.identity, KILL), SendSignal(B.identity, KILL)]
 
 
@@ -263,7 +259,7 @@ def test_unknown_identities_are_ignored() -> None:
 )
 def test_bad_settings_are_refused_with_the_name(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        DrainCore([A], now=0, now_wall=0, deadline=1, **kwargs)  # type: ignore[arg-type]
+        DrainPlan(deadline=1, **kwargs)  # type: ignore[arg-type]
 
 
 # Any order of observations keeps the promises: SIGTERM at most once per process, never before it is

@@ -5,7 +5,7 @@ found while SIGKILL's targets die gets both signals at once), and after a restar
 from __future__ import annotations
 
 from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, C, core, sent_all, started
-from watchdog.core.drain import DrainCore, ExitStatus, Outcome, Phase, SendSignal
+from watchdog.core.drain import DrainCore, DrainPlan, ExitStatus, Outcome, Phase, SendSignal
 
 
 def test_a_newcomer_after_the_first_wave_is_a_late_arrival_with_the_same_deadline() -> None:
@@ -51,22 +51,23 @@ def test_a_restart_with_only_newcomers_signals_nobody_until_confirmed() -> None:
 
 def test_a_sigterm_possibly_sent_is_never_sent_again_and_waits_for_confirmation_to_be_killed() -> None:
     """A SIGTERM on file only as an intent (a crash between the write-ahead and the send)."""
-    c = core(A, already_signalled={A.identity: {TERM}}, possibly_signalled={A.identity})
+    c = core(A, already_signalled={A.identity: {TERM}}, possibly_signalled=frozenset({A.identity}))
     assert c.start(admit_new=False) == []  # not the kill of a process signalled before: held back
     assert A.identity not in c.record.processes
     assert c.observe_scan([A], running=(), now=T0 + GRACE, admit_new=False) == []  # unconfirmed: no SIGKILL
     assert c.done
     assert A.identity not in c.record.processes
     # Confirmed later: the daemon's late-arrival drain takes it on, past the deadline: the kill, no SIGTERM.
-    late = DrainCore(
-        [A], now=T0 + GRACE + 1, now_wall=1.7e9, deadline=T0 + GRACE, late=True,
-        already_signalled={A.identity: {TERM}}, possibly_signalled={A.identity},
+    plan = DrainPlan(
+        deadline=T0 + GRACE, late=True, already_signalled={A.identity: {TERM}},
+        possibly_signalled=frozenset({A.identity}),
     )  # fmt: skip
+    late = DrainCore([A], plan, now=T0 + GRACE + 1, now_wall=1.7e9)
     assert late.start(admit_new=True) == [SendSignal(A.identity, KILL)]
 
 
 def test_a_sigterm_possibly_sent_is_not_sent_again_once_admitted() -> None:
-    c = core(A, already_signalled={A.identity: {TERM}}, possibly_signalled={A.identity})
+    c = core(A, already_signalled={A.identity: {TERM}}, possibly_signalled=frozenset({A.identity}))
     assert c.start(admit_new=True) == []
     assert A.identity in c.record.pending()
 

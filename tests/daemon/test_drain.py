@@ -17,10 +17,11 @@ import pytest
 from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
+from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord, End, ExitStatus, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Outcome
-from watchdog.daemon.drain import DrainListener, DrainPlan, run_drain
+from watchdog.daemon.drain import DrainListener, run_drain
 from watchdog.host.exits import PidfdExitWaiter
 from watchdog.host.procfs import start_time
 from watchdog.host.signals import PidfdSignaller, ProcessHandles

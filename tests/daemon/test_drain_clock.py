@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord, ExitStatus, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Outcome
-from watchdog.daemon.drain import DrainListener, DrainPlan, run_drain
+from watchdog.daemon.drain import DrainListener, run_drain
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
 

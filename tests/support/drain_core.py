@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from watchdog.core.drain import DrainCore, OnTimeout, SendSignal, SignalResult
+from watchdog.core.drain import DrainCore, DrainPlan, OnTimeout, SendSignal, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
@@ -22,16 +22,8 @@ A, B, C = holder(10), holder(20), holder(30)
 
 
 def core(*holders: Holder, on_timeout: OnTimeout = "kill", **kw: Any) -> DrainCore:
-    return DrainCore(
-        holders,
-        now=T0,
-        now_wall=1.7e9,
-        deadline=T0 + GRACE,
-        on_timeout=on_timeout,
-        rescan_interval=1.0,
-        kill_wait=10.0,
-        **kw,
-    )
+    plan = DrainPlan(deadline=T0 + GRACE, on_timeout=on_timeout, rescan_interval=1.0, kill_wait=10.0, **kw)
+    return DrainCore(holders, plan, now=T0, now_wall=1.7e9)
 
 
 def sent_all(c: DrainCore, actions: list[SendSignal], now: float) -> None:

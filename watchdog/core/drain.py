@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import signal
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from watchdog.core.drain_record import (
     UNKNOWN_EXIT,
@@ -37,10 +37,17 @@ from watchdog.core.drain_record import (
     SignalResult,
 )
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, ON_TIMEOUT, OnTimeout, Outcome
+from watchdog.core.vocabulary import (
+    DEFAULT_MAINTENANCE_GRACE,
+    DEFAULT_ON_TIMEOUT,
+    ON_TIMEOUT,
+    OnTimeout,
+    Outcome,
+)
 
 __all__ = [
     "DrainCore",
+    "DrainPlan",
     "DrainRecord",
     "End",
     "ExitStatus",
@@ -70,71 +77,89 @@ class SendSignal:
     signum: int
 
 
+@dataclass(frozen=True)
+class DrainPlan:
+    """What a drain is to do: the one specification of a drain, from the edge that starts it to the state
+    machine that walks it. The deadline is `deadline` (absolute, monotonic seconds of the drain's clock:
+    resuming a drain) or, without one, `grace` seconds from the start (default: the maintenance grace).
+    `already_signalled`: the signals an earlier run (or an earlier drain of the same event) sent each
+    process, as signal numbers, or as signal number -> when it went (monotonic; None when unknown): SIGTERM
+    is never sent twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks).
+    `late`: a drain for late arrivals (see `watchdog.core.lifecycle`). `scan_first`: the holders came from
+    the warm index (re-checked, and the new PIDs scanned alone): they are signalled at once, and a full
+    scan follows straight away. `possibly_signalled`: of those, the SIGTERMs on file only as intents: held
+    back until admitted. `started`: when the drain began, if before its start here (a drain resumed after
+    a restart keeps its start, so its duration and every offset count from there). `earlier`: its
+    processes that an earlier run signalled and that no longer hold a device (they ended while the daemon
+    was down): in the record from the start, so every surface counts the same processes."""
+
+    grace: float | None = None
+    deadline: float | None = None
+    on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT
+    dry_run: bool = False
+    already_signalled: Mapping[ProcessIdentity, Collection[int]] = field(default_factory=dict)
+    rescan_interval: float = 1.0
+    kill_wait: float = 10.0
+    late: bool = False
+    scan_first: bool = False
+    possibly_signalled: frozenset[ProcessIdentity] = frozenset()
+    started: float | None = None  # monotonic
+    earlier: Sequence[ProcessRecord] = ()
+    drain_id: str = ""  # the lifecycle's id of the drain, carried by its record
+
+    def __post_init__(self) -> None:
+        if self.grace is not None and self.deadline is not None:
+            raise ValueError("give either grace (relative) or deadline (absolute), not both")
+        if self.grace is not None and not self.grace >= 0:
+            raise ValueError(f"grace must be >= 0 s, not {self.grace!r}")
+        if self.on_timeout not in ON_TIMEOUT:
+            raise ValueError(
+                f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {self.on_timeout!r}"
+            )
+        if not self.rescan_interval > 0:
+            raise ValueError(f"rescan_interval must be > 0 s, not {self.rescan_interval!r}")
+        if not self.kill_wait >= 0:
+            raise ValueError(f"kill_wait must be >= 0 s, not {self.kill_wait!r}")
+
+
 class DrainCore:
     """The drain's decisions. Call `start()` once, then feed observations until `done`."""
 
-    def __init__(
-        self,
-        holders: Iterable[Holder],
-        *,
-        now: float,
-        now_wall: float,
-        deadline: float,
-        on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT,
-        dry_run: bool = False,
-        already_signalled: Mapping[ProcessIdentity, Collection[int]] | None = None,
-        rescan_interval: float = 1.0,
-        kill_wait: float = 10.0,
-        late: bool = False,
-        scan_first: bool = False,
-        possibly_signalled: Collection[ProcessIdentity] = (),
-        started: float | None = None,
-        earlier: Iterable[ProcessRecord] = (),
-        drain_id: str = "",
-    ) -> None:
-        """`started`: when the drain began, if before `now` (a drain resumed after a restart keeps its
-        start, so its duration and every offset count from there). `earlier`: its processes that an earlier
-        run signalled and that no longer hold a device (they ended while the daemon was down): in the record
-        from the start, so every surface counts the same processes. `already_signalled`: the signals an
-        earlier run (or drain of the event) sent each process, as signal numbers, or as signal number ->
-        when it went (monotonic; None when unknown)."""
-        if on_timeout not in ON_TIMEOUT:
-            raise ValueError(f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {on_timeout!r}")
-        if not rescan_interval > 0:
-            raise ValueError(f"rescan_interval must be > 0 s, not {rescan_interval!r}")
-        if not kill_wait >= 0:
-            raise ValueError(f"kill_wait must be >= 0 s, not {kill_wait!r}")
-        began = now if started is None else min(started, now)
+    def __init__(self, holders: Iterable[Holder], plan: DrainPlan, *, now: float, now_wall: float) -> None:
+        """`now`, `now_wall`: when this run of the drain starts, on the monotonic and the wall clock."""
+        grace = DEFAULT_MAINTENANCE_GRACE if plan.grace is None else plan.grace
+        deadline = plan.deadline if plan.deadline is not None else now + grace
+        began = now if plan.started is None else min(plan.started, now)
         self.record = DrainRecord(
-            started=began, started_wall=now_wall - (now - began), deadline=deadline, on_timeout=on_timeout,
-            dry_run=dry_run, late=late, drain_id=drain_id,
+            started=began, started_wall=now_wall - (now - began), deadline=deadline,
+            on_timeout=plan.on_timeout, dry_run=plan.dry_run, late=plan.late, drain_id=plan.drain_id,
         )  # fmt: skip
         self._now = now  # when this run of the drain starts (`start`)
         self.phase = Phase.WAITING
         self._initial = list(
             {h.identity: h for h in holders}.values()
         )  # a duplicate is never signalled twice
-        self._already = {i: set(s) for i, s in (already_signalled or {}).items()}
+        self._already = {i: set(s) for i, s in plan.already_signalled.items()}
         # When each was sent, where known (`already_signalled` maps signum -> monotonic time): the record
         # shows an earlier run's signals at their times, as the history does.
-        self._sent_at = {i: dict(s) for i, s in (already_signalled or {}).items() if isinstance(s, Mapping)}
+        self._sent_at = {i: dict(s) for i, s in plan.already_signalled.items() if isinstance(s, Mapping)}
         # SIGTERM intents on file never confirmed sent (a crash between the write-ahead and the send): never
         # SIGTERMed again, and held back like newcomers until the event is confirmed (no SIGKILL before).
-        self._unsure = set(possibly_signalled)
-        self._rescan_interval = rescan_interval
-        self._kill_wait = kill_wait
+        self._unsure = set(plan.possibly_signalled)
+        self._rescan_interval = plan.rescan_interval
+        self._kill_wait = plan.kill_wait
         self._last_scan = now
         self._kill_deadline: float | None = None
         self._pending: dict[ProcessIdentity, None] = {}  # record.pending(), kept as it changes (500 holders)
         held = {h.identity for h in self._initial}
-        for proc in earlier:
+        for proc in plan.earlier:
             if proc.identity not in held and not proc.pending:
                 self.record.processes[proc.identity] = proc
         self._held_back: set[ProcessIdentity] = set()  # newcomers seen by the last scan and not admitted
         self._said_held_back = False
         # The holders came from the warm index (signalled at once, re-checked): a full scan is due right after
         # their SIGTERMs, and the drain cannot end before it has looked (its holders are not late arrivals).
-        self._awaiting_scan = scan_first
+        self._awaiting_scan = plan.scan_first
         self._scan_tried = False
 
     @property

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from watchdog.config.settings import Config
 from watchdog.core.accelerators import Profile, ProfileChoice
 from watchdog.core.clock import Clock
+from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.announce import PROGRESS_INTERVAL
-from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
+from watchdog.daemon.drain import DrainListener, Scanner, run_drain
 from watchdog.daemon.gpucheck import CrossChecked
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT

@@ -12,24 +12,22 @@ short, so ten idle wakeups a second cost nothing, and both events are noticed wi
 from __future__ import annotations
 
 import copy
+import dataclasses
 import signal
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from watchdog.core.clock import Clock, SystemClock
-from watchdog.core.drain import DrainCore, SendSignal
-from watchdog.core.drain_record import DrainRecord, ExitStatus, ProcessRecord, SignalResult
+from watchdog.core.drain import DrainCore, DrainPlan, SendSignal
+from watchdog.core.drain_record import DrainRecord, ExitStatus, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.core.vocabulary import DEFAULT_MAINTENANCE_GRACE, DEFAULT_ON_TIMEOUT, OnTimeout
 from watchdog.host.exits import PidfdExitWaiter
 from watchdog.host.signals import DryRunSignaller, PidfdSignaller, ProcessHandles
 
 __all__ = [
     "POLL_CAP",
     "DrainListener",
-    "DrainPlan",
     "ExitWaiter",
     "Scanner",
     "Signaller",
@@ -67,39 +65,6 @@ class ExitWaiter(Protocol):
     def wait(self, timeout: float) -> list[tuple[ProcessIdentity, ExitStatus]]: ...
 
     def running(self, identity: ProcessIdentity) -> bool: ...
-
-
-@dataclass(frozen=True)
-class DrainPlan:
-    """What a drain is to do. The deadline is `deadline` (absolute, monotonic seconds of the drain's clock:
-    resuming a drain) or, without one, `grace` seconds from the start (default: the maintenance grace).
-    `already_signalled` lists the signals an earlier run (or an earlier drain of the same event) sent:
-    SIGTERM is never sent twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks).
-    `late`: a drain for late arrivals (see `watchdog.core.lifecycle`). `scan_first`: `holders` came from the
-    warm index (re-checked, and the new PIDs scanned alone): they are signalled at once, and a full scan
-    follows straight away.
-    `possibly_signalled`: of those, the SIGTERMs on file only as intents: held back until admitted.
-    `started`, `earlier`: a resumed drain is the same drain (`DrainCore`): its start and its processes."""
-
-    grace: float | None = None
-    deadline: float | None = None
-    on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT
-    dry_run: bool = False
-    already_signalled: Mapping[ProcessIdentity, Collection[int]] = field(default_factory=dict)
-    rescan_interval: float = 1.0
-    kill_wait: float = 10.0
-    late: bool = False
-    scan_first: bool = False
-    possibly_signalled: frozenset[ProcessIdentity] = frozenset()
-    started: float | None = None  # when a resumed drain began (monotonic): its start, kept
-    earlier: Sequence[ProcessRecord] = ()  # a resumed drain's processes that ended while the daemon was down
-    drain_id: str = ""  # the lifecycle's id of the drain, carried by its record
-
-    def __post_init__(self) -> None:
-        if self.grace is not None and self.deadline is not None:
-            raise ValueError("give either grace (relative) or deadline (absolute), not both")
-        if self.grace is not None and not self.grace >= 0:
-            raise ValueError(f"grace must be >= 0 s, not {self.grace!r}")
 
 
 class DrainListener:
@@ -157,25 +122,9 @@ def run_drain(
         owned = ProcessHandles(proc_root)
         signaller = signaller or (DryRunSignaller(owned) if plan.dry_run else PidfdSignaller(owned))
         exits = exits or PidfdExitWaiter(owned)
-    now = clock.monotonic()
-    grace = DEFAULT_MAINTENANCE_GRACE if plan.grace is None else plan.grace
-    core = DrainCore(
-        holders,
-        now=now,
-        now_wall=clock.wall(),
-        deadline=plan.deadline if plan.deadline is not None else now + grace,
-        on_timeout=plan.on_timeout,
-        dry_run=plan.dry_run or signaller.dry_run,
-        already_signalled=plan.already_signalled,
-        rescan_interval=plan.rescan_interval,
-        kill_wait=plan.kill_wait,
-        late=plan.late,
-        scan_first=plan.scan_first,
-        possibly_signalled=plan.possibly_signalled,
-        started=plan.started,
-        earlier=plan.earlier,
-        drain_id=plan.drain_id,
-    )
+    if signaller.dry_run and not plan.dry_run:
+        plan = dataclasses.replace(plan, dry_run=True)  # a signaller that sends nothing: the record says so
+    core = DrainCore(holders, plan, now=clock.monotonic(), now_wall=clock.wall())
     loop = _Loop(core, scanner, signaller, exits, clock, listener)
     try:
         loop.run(core.start(loop.admits_newcomers()), cancel, stop)

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, time_left, utc_time
+from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import DaemonState, Output
-from watchdog.daemon.drain import DrainListener, DrainPlan, Scanner, run_drain
+from watchdog.daemon.drain import DrainListener, Scanner, run_drain
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
 from watchdog.host.procfs import start_time
