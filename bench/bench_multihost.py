@@ -4,7 +4,8 @@ Each run starts a fresh 2-host cluster (watchdog/fake/hosts.py: a PID namespace,
 device node and a `tpu-watchdog run` per host; ONE JAX + Orbax job, examples/multihost_trainer.py, a
 process per host), sets TERMINATE_ON_HOST_MAINTENANCE on host 1's fake only (t0), and takes:
 
-- the daemon's part: t0 -> its SIGTERM to host 1's process (the drain record's `signalled_at`);
+- the daemon's part: t0 -> its SIGTERM to host 1's process (`/status` `last_drain`: the drain's `started`
+  plus the process's `sent_after` SIGTERM);
 - the job's part: that SIGTERM -> the last of the two processes reaped by its host's init. In it: JAX's
   notifier writes the notice into the coordination service, each process's listener sees it (it polls
   every 1 s), they agree on a sync step, save it with Orbax, shut down and exit;
@@ -24,6 +25,7 @@ from pathlib import Path
 from bench.common import percentile
 from tests.support.multihost import announce, started
 from tests.support.waiting import wait_for
+from watchdog.core.clock import parse_utc_text
 from watchdog.fake.hosts import Job, missing
 
 RUNS = int(os.environ.get("BENCH_MULTIHOST_RUNS", "10"))
@@ -39,7 +41,8 @@ def one_run(work: Path) -> dict[str, float]:
         if any(e.get("code") != 0 for e in exits):
             raise RuntimeError(f"a process did not exit 0: {exits}\n{hosts.logs()}")
         status = wait_for(lambda: (s := hosts.hosts[1].status()) and s["last_drain"] and s, 30)
-        signalled = status["last_drain"]["processes"][0]["signalled_at"]
+        drain = status["last_drain"]  # its history entry
+        signalled = parse_utc_text(drain["started"]) + drain["processes"][0]["sent_after"]["SIGTERM"]
         last = max(e["at"] for e in exits)
         return {
             "daemon": signalled - t0,

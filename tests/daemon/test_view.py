@@ -8,7 +8,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from tests.support.daemon_harness import FAST
+from tests.support.daemon_harness import FAST, MAINTENANCE, DaemonHarness
+from tests.support.workloads import Workloads
 from watchdog.config.settings import default_config
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Lifecycle, Trigger
@@ -79,6 +80,27 @@ def test_status_names_the_drain_its_deadline_and_the_state_file(tmp_path: Path) 
     assert status["drain"]["time_left"] == 300
     assert status["state_file"] == {"persisted": True, "error": None}
     assert [e["source"] for e in status["events"]] == ["maintenance-event"]
+
+
+def test_last_drain_is_the_history_entry_of_the_drain_that_ended_in_this_run(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """One shape: `last_drain` is the entry `recent_drains` (and the history) has, not another rendering of
+    the record; null until a drain ends in this run, a restart included."""
+    workloads.start("handled")
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        assert harness.daemon.view.status()["last_drain"] is None  # no drain has ended yet
+        fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+        harness.wait_state("drained")
+        status = harness.daemon.view.status()
+        [entry] = status["recent_drains"]
+        last = status["last_drain"]
+        assert last == entry
+        [proc] = last["processes"]
+        assert (last["outcome"], proc["signals"], proc["end"]) == ("exited", ["SIGTERM"], "exited")
+    with DaemonHarness(state_dir, fake, workloads) as again:  # the event is still on: nothing to drain
+        status = again.daemon.view.status()
+        assert (status["last_drain"], [e["id"] for e in status["recent_drains"]]) == (None, [entry["id"]])
 
 
 def test_the_host_is_known_fields_in_status_and_every_field_as_text_for_notices(tmp_path: Path) -> None:

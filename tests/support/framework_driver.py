@@ -145,7 +145,7 @@ class Driver:
                 lambda: self.status()["last_drain"] not in (None, before), timeout=60, interval=0.05,
                 what="the daemon's drain to end",
             )  # fmt: skip
-            record = self.status()["last_drain"]
+            record = self.status()["last_drain"]  # the drain's history entry, as /status has it
             entry, words = self.history_after(drains_before)
         code = job.wait()
         if event:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.frameworks import Framework, required, skip_reason
 from tests.support.workloads import UniqueDevice
+from watchdog.store.drain_entry import NO_HANDLER, SIGTERM_DEATHS
 
 REPO = Path(__file__).resolve().parents[2]
 MAINTENANCE = {"key": "instance/maintenance-event", "value": "TERMINATE_ON_HOST_MAINTENANCE", "clear": "NONE"}
@@ -49,7 +50,8 @@ def base_plan(tmp_path: Path, framework: Framework, **fields: Any) -> Iterator[d
 
 
 def drive(tmp_path: Path, plan: dict[str, Any], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run `runs` one after the other under one daemon; what each did (exit, drain record, log)."""
+    """Run `runs` one after the other under one daemon; what each did (exit, the drain's entry as /status
+    `last_drain` has it and as `history --json` does, log)."""
     full = {**plan, "tmp": str(tmp_path), "result": str(tmp_path / "result.json"), "runs": runs}
     (tmp_path / "plan.json").write_text(json.dumps(full))
     done = subprocess.run(
@@ -65,24 +67,24 @@ def drive(tmp_path: Path, plan: dict[str, Any], runs: list[dict[str, Any]]) -> l
 
 
 def assert_kept_progress(result: dict[str, Any], exit_status: int) -> None:
-    """The run's drain ended `exited` with nothing lost, the job having exited with `exit_status`."""
+    """The run's drain ended `exited` with nothing lost (its process exited, not of SIGTERM's default
+    action), the job having exited with `exit_status`."""
     drain = result["drain"]
     assert drain is not None, result["log"][-3000:]
     assert drain["outcome"] == "exited", drain
-    assert drain["lost_progress"] == 0, drain
     [proc] = drain["processes"]
     assert proc["exit_status"] == exit_status, (proc, result["log"][-3000:])
-    assert proc["loss"] is None
+    assert proc["end"] == "exited", proc
+    assert proc["detail"] not in SIGTERM_DEATHS, proc
 
 
 def assert_lost_progress(result: dict[str, Any]) -> None:
     """It died of SIGTERM's default action: the drain `exited` (in time) and says the progress is lost."""
     drain = result["drain"]
     assert drain["outcome"] == "exited", drain  # it did exit in time ...
-    assert drain["lost_progress"] == 1, drain  # ... and lost its progress: not a success
     [proc] = drain["processes"]
-    assert (proc["exit_status"], proc["exit_signal"]) == (None, "SIGTERM"), proc
-    assert proc["loss"] == "sigterm_default"
+    assert (proc["end"], proc["exit_status"], proc["exit_signal"]) == ("exited", None, "SIGTERM"), proc
+    assert proc["detail"] == NO_HANDLER, proc  # ... and lost its progress: not a success
     entry, words = result["history"], result["history_words"]  # and the history says so, the morning after
     [process] = entry["processes"]
     assert (process["end"], process["signals"]) == ("exited", ["SIGTERM"]), entry

@@ -108,5 +108,5 @@ def test_a_real_jax_orbax_trainer_saves_on_maintenance_and_exits_0(tmp_path: Pat
     assert step in report["saved_steps"]
     last = result["status"]["last_drain"]
     assert last["outcome"] == "exited", result["log"]
-    assert last["ended"] > last["started"]  # the time it took is reported
+    assert last["duration"] > 0  # the time it took is reported
     assert "drain exited after" in result["log"]

@@ -65,7 +65,7 @@ def test_a_job_without_distributed_initialize_dies_of_sigterm_without_saving(tmp
         record = last_drain(hosts.hosts[0], 30)
         assert record["outcome"] == "exited", record
         [process] = record["processes"]
-        assert (process["end"], process["killed"]) == ("exited", False), process
+        assert process["end"] == "exited", process  # not killed
         # How it died is the daemon's to know only while it is a zombie: its parent (here the host's init,
         # on a TPU VM the shell or launcher that started it) mostly reaps it first.
         if process["exit_signal"] == "SIGTERM":  # its lines follow /status by a history write
@@ -97,8 +97,8 @@ def test_a_python_handler_after_initialize_never_exits_and_is_killed_at_the_dead
         record = last_drain(hosts.hosts[0], 30)
         assert record["outcome"] == "timed_out", record
         [process] = record["processes"]
-        assert [s["signal"] for s in process["signals"]] == ["SIGTERM", "SIGKILL"], process
-        assert process["killed"], process
+        assert process["signals"] == ["SIGTERM", "SIGKILL"], process
+        assert process["end"] == "killed", process
         assert "SIGTERM: will save later" in hosts.hosts[0].job_log.read_text()  # its handler ran, uselessly
         nothing_saved_for_the_event(hosts)
         [entry], words = finished_drains(hosts, hosts.hosts[0], 30)

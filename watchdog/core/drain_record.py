@@ -1,7 +1,8 @@
 """The drain's record: how a signal attempt went, how a process ended, what the drain did (its outcome).
 
-Pure data plus its rendering for humans (`summary`) and for JSON (`to_dict`). Times are monotonic seconds of
-the drain's clock; `DrainRecord.wall()` turns them into wall-clock seconds.
+Pure data plus its rendering for humans (`summary`, `one_line`); its JSON is the history entry
+(`store/drain_entry.py`), the one shape of every other surface. Times are monotonic seconds of the drain's
+clock; `DrainRecord.wall()` turns them into wall-clock seconds.
 """
 
 from __future__ import annotations
@@ -296,46 +297,3 @@ class DrainRecord:
         lost_text = f" ({lost} of them lost their progress)" if lost else ""
         head = f"drain {state}{took}{late}: {len(procs)} process(es)"
         return f"{head}{': ' + parts if parts else ''}{lost_text}{dry}"
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data (wall-clock seconds) for JSON: the state file, `status`, the drill report."""
-
-        def w(at: float | None) -> float | None:
-            return None if at is None else round(self.wall(at), 3)
-
-        losses = self.losses()
-
-        return {
-            "outcome": self.outcome.value if self.outcome else None,
-            "started": w(self.started),
-            "deadline": w(self.deadline),
-            "ended": w(self.ended),
-            "on_timeout": self.on_timeout,
-            "dry_run": self.dry_run,
-            "late": self.late,
-            "notes": list(self.notes),
-            "lost_progress": len(losses),
-            "processes": [
-                {
-                    "pid": p.identity.pid,
-                    "start_time": p.identity.start_time,
-                    "name": p.name,
-                    "devices": list(p.devices),
-                    "signalled_at": w(p.signalled_at),
-                    "signals": [
-                        {"signal": signal.Signals(s.signum).name, "at": w(s.at), "result": s.result.value}
-                        for s in p.signals
-                    ],
-                    "end": p.public_end(self.dry_run).value,
-                    "ended_at": w(p.ended_at),
-                    "killed": p.killed,
-                    "exit_status": p.exit_status.code if p.exit_status else None,
-                    "exit_signal": p.exit_status.signal_name if p.exit_status else None,
-                    "late_arrival": p.late_arrival,
-                    "sigterm": p.sigterm.value if p.sigterm else None,
-                    "workload": p.workload.to_dict() if p.workload else None,
-                    "loss": losses[p.identity].value if p.identity in losses else None,
-                }
-                for p in self.processes.values()
-            ],
-        }

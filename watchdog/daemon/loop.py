@@ -440,7 +440,7 @@ class Daemon:
             outcome = Outcome(joined_outcome(self.lifecycle.last_outcome, outcome.value))
             record.outcome = outcome
             self.view.last_record = record
-        self.recorder.finished(record, outcome, self.lifecycle)
+        self.view.last_drain = self.recorder.finished(record, outcome, self.lifecycle)
         waiting = self.lifecycle.drain_finished(outcome.value, self.clock.wall(), rehearsed=record.dry_run)
         state, deadline = self.lifecycle.state.value, self._deadline()
         if waiting:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from typing import TypeVar
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
@@ -38,6 +39,8 @@ from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
+
+T = TypeVar("T")
 
 RETRY_EVERY = 30.0  # s between attempts to write history a full disk held back
 
@@ -113,17 +116,19 @@ class DrainRecorder:
             return self._entry(facts, record)
         return None
 
-    def finished(self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle) -> None:
+    def finished(
+        self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle
+    ) -> dict[str, object] | None:
         """A drain ended (not interrupted): write it down (a reopened drain's entry is rewritten, by its
         id), then count it where it belongs (whoever sees the counter move finds the drain in the history).
         A drain is counted once, when it first ends: a reopened one (a late arrival joined it) is not
-        counted again, whatever its second end."""
+        counted again, whatever its second end. Returns the entry written (what `/status` shows as
+        `last_drain`), or None when none could be."""
         drain = lifecycle.drain
         counted = drain is not None and drain.late and self._ended_before(drain.drain_id)
-        if drain is not None:
-            self._guarded(self._write_finished, drain, record, lifecycle)
+        entry = None if drain is None else self._guarded(self._write_finished, drain, record, lifecycle)
         if counted:
-            return
+            return entry
         with self.outputs.guarded(Output.METRICS):
             if record.dry_run:
                 self.metrics.dry_run_drains.labels(outcome.value).inc()
@@ -131,16 +136,21 @@ class DrainRecorder:
                 self.metrics.drains.labels(outcome.value).inc()
                 if record.ended is not None:
                     self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
+        return entry
 
     def _ended_before(self, drain_id: str) -> bool:
         """Whether the history has the drain as ended (and so counted): it is being reopened."""
         entry = self.history.find(drain_id)
         return entry is not None and entry.get("outcome") is not None
 
-    def _write_finished(self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle) -> None:
+    def _write_finished(
+        self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle
+    ) -> dict[str, object]:
         facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
-        self.history.append(self._entry(facts, record))
+        entry = self._entry(facts, record)
+        self.history.append(entry)
         self._persisted()
+        return entry
 
     def _entry(self, facts: DrainFacts, record: DrainRecord) -> dict[str, object]:
         """The drain's entry from its record; a reopened drain's over the entry of its first end."""
@@ -148,11 +158,12 @@ class DrainRecorder:
         first = self.history.find(facts.drain_id) if facts.late else None
         return rejoined(first, entry) if first is not None and first.get("outcome") is not None else entry
 
-    def _guarded(self, step: Callable[..., None], *args: object) -> None:
+    def _guarded(self, step: Callable[..., T], *args: object) -> T | None:
         """The history is the account, not the drain: a bug in writing it must not stop the daemon from
-        ending a drain or showing its state. Counted, logged once, and the daemon goes on."""
+        ending a drain or showing its state. Counted, logged once, and the daemon goes on (None)."""
         with self.outputs.guarded(Output.HISTORY):
-            step(*args)
+            return step(*args)
+        return None
 
     def tick(self, now: float) -> None:
         """Now and then: write what a full disk held back."""

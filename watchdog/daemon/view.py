@@ -52,7 +52,11 @@ class StatusView:
         self.holders: list[Holder] = []
         self.devices: tuple[MatchedDevice, ...] = ()  # what the patterns matched at the last look, judged
         self.record: DrainRecord | None = None  # the drain in progress, as last published
-        self.last_record: DrainRecord | None = None
+        self.last_record: DrainRecord | None = None  # the last drain's record, for the loop (reopening it)
+        # `last_drain`: the history entry of the last drain that ended in this run, the one the recorder
+        # wrote (`recent_drains`' shape); None until one has (a drain cut short by the daemon's stop has
+        # not), or when building its entry failed (counted as a history output error).
+        self.last_drain: dict[str, object] | None = None
         # Which host, slice and Multislice job this is, as far as known yet (daemon/identity.py): /status,
         # and for whatever reports an event elsewhere (history, webhooks) to say where it happened.
         self.identity = HostIdentity()
@@ -158,7 +162,7 @@ class StatusView:
             },
             "recent_drains": self.history.recent(RECENT_DRAINS) if self.history else [],
             "history_file": self._history_file(),
-            "last_drain": self.last_record.to_dict() if self.last_record else None,
+            "last_drain": self.last_drain,
             "last_outcome": life.last_outcome,
             "devices": [device.to_dict() for device in self.devices],
             "holders": [

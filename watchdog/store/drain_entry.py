@@ -1,5 +1,5 @@
 """One drain as the history keeps it: plain JSON data, the same shape in the file, in `history --json` and in
-`/status` (`recent_drains`). Pure but for naming a uid (pwd).
+`/status` (`recent_drains`, `last_drain`). Pure but for naming a uid (pwd).
 
 A drain is known from three places, and each builder takes what it has: its start (`open_entry`: the event
 and the deadline, nothing done yet), its record when it ends (`entry_from_record`, with the signals the state
