@@ -64,7 +64,7 @@ class DrainRecorder:
         self.history = DrainHistory(
             store.dir, clock=clock, background=True, fsync=store.fsync, changed=self._persisted
         )
-        self._recorded: set[str] = set()  # drains of this run whose start is in the history
+        self._recorded: str | None = None  # the drain whose start is in the history (checked once)
         self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
         self._next_retry = 0.0
         metrics.dry_run.set(1 if config.dry_run else 0)
@@ -100,9 +100,9 @@ class DrainRecorder:
     def _seen(self, lifecycle: Lifecycle) -> None:
         drain = lifecycle.drain
         self.current = None if drain is None else self._facts(drain, lifecycle.events.values())
-        if self.current is None or self.current.drain_id in self._recorded:
+        if self.current is None or self.current.drain_id == self._recorded:
             return
-        self._recorded.add(self.current.drain_id)
+        self._recorded = self.current.drain_id  # one id, not every drain's: a daemon runs for years
         if self.history.find(self.current.drain_id) is None:  # a resumed drain has its entry already
             self.history.append(open_entry(self.current))
             self._persisted()
