@@ -123,7 +123,7 @@ def test_preemption_uses_the_short_grace_and_kills_what_ignores_sigterm(
         assert stubborn.popen.wait(timeout=10) == -9
         assert harness.metric(DRAINS, outcome="timed_out") == 1
         assert harness.metric(SIGNALS, signal="SIGKILL") == 1
-        record = harness.daemon.view.last_record
+        record = harness.daemon.last_record
         assert record is not None
         assert record.ended is not None
         assert record.ended >= record.deadline  # not before the deadline (the event's first sight + 1.5 s)
@@ -212,7 +212,7 @@ def test_dry_run_decides_everything_and_sends_nothing(
     with DaemonHarness(state_dir, fake, workloads, dry_run=True, maintenance_grace=1.0) as harness:
         fake.set(MAINTENANCE, TERMINATE)
         harness.wait_state("drained")  # a rehearsal's timed_out is never the daemon's state
-        record = harness.daemon.view.last_record
+        record = harness.daemon.last_record
         assert record is not None
         assert record.dry_run
         assert harness.daemon.lifecycle.last_outcome == "timed_out"

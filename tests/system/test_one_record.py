@@ -42,7 +42,7 @@ def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
         with DaemonHarness(state_dir, fake, workloads, **config) as again:  # type: ignore[arg-type]
             assert stays.popen.wait(timeout=15) == -signal.SIGKILL
             again.wait_state("timed_out")
-            record = again.daemon.view.last_record
+            record = again.daemon.last_record
             duration = again.metric(DURATION)
             shown = again.daemon.view.status()["last_drain"]
         finished = wait_for(

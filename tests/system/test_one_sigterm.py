@@ -69,7 +69,7 @@ def test_a_job_restarted_after_the_drain_gets_its_sigterm_and_the_events_deadlin
         harness.wait_state("timed_out")  # the drain it joined timed out: a late arrival was killed
         assert harness.metric("tpu_watchdog_drains_total", outcome="exited") == 1  # counted at its first end
         assert harness.metric("tpu_watchdog_drains_total", outcome="timed_out") == 0
-        record = harness.daemon.view.last_record
+        record = harness.daemon.last_record
         assert record is not None
         assert record.late
         assert record.outcome is not None
@@ -205,7 +205,7 @@ def test_a_job_signalled_before_the_restart_keeps_its_deadline_and_a_clear_heard
     with DaemonHarness(state_dir, fake, workloads) as harness:
         harness.wait_state("idle")
         assert harness.metric(SIGNALS, signal="SIGKILL") == 0
-        record = harness.daemon.view.last_record
+        record = harness.daemon.last_record
         assert record is not None
         assert record.outcome is not None
         assert record.outcome.value == "cancelled"

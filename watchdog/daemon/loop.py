@@ -154,6 +154,7 @@ class Daemon:
         self.index = HolderIndex(scanner, self._holders_scanned, busy, stop, outputs=self.outputs)
         self.runner.known_pids = lambda: (self.index.seen, self.index.seen_after)  # new PIDs: first wave
         self._answered: set[str] = set()
+        self.last_record: DrainRecord | None = None  # the last drain's record: a reopened one goes on
         self._ready_sent = False
         self._next_ping = self._next_scan = 0.0
         self._ready_by = self.clock.monotonic() + READY_WITHIN  # READY=1 by then, answered or not
@@ -411,7 +412,7 @@ class Daemon:
 
     def _previous(self, active: ActiveDrain | None) -> DrainRecord | None:
         """A reopened drain's record from when it ended in this run: it goes on from there."""
-        last = self.view.last_record
+        last = self.last_record
         if active is None or not active.late or last is None or last.drain_id != active.drain_id:
             return None
         return last
@@ -430,7 +431,7 @@ class Daemon:
                 self._intents = []
                 self.runner.persisted.set()
             return
-        self.view.last_record = record
+        self.last_record = record
         outcome = record.outcome or Outcome.INTERRUPTED
         if outcome is Outcome.INTERRUPTED:
             return  # the daemon is stopping: the state file keeps the drain for the next start
@@ -439,7 +440,7 @@ class Daemon:
         if drain is not None and drain.late:  # reopened: the first end's outcome, unless this one tells more
             outcome = Outcome(joined_outcome(self.lifecycle.last_outcome, outcome.value))
             record.outcome = outcome
-            self.view.last_record = record
+            self.last_record = record
         self.view.last_drain = self.recorder.finished(record, outcome, self.lifecycle)
         waiting = self.lifecycle.drain_finished(outcome.value, self.clock.wall(), rehearsed=record.dry_run)
         state, deadline = self.lifecycle.state.value, self._deadline()

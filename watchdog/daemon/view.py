@@ -52,7 +52,6 @@ class StatusView:
         self.holders: list[Holder] = []
         self.devices: tuple[MatchedDevice, ...] = ()  # what the patterns matched at the last look, judged
         self.record: DrainRecord | None = None  # the drain in progress, as last published
-        self.last_record: DrainRecord | None = None  # the last drain's record, for the loop (reopening it)
         # `last_drain`: the history entry of the last drain that ended in this run, the one the recorder
         # wrote (`recent_drains`' shape); None until one has (a drain cut short by the daemon's stop has
         # not), or when building its entry failed (counted as a history output error).
