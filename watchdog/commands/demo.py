@@ -243,11 +243,12 @@ def run_multihost(args: argparse.Namespace) -> int:
         config = f'[devices]\nallow_numbers = ["{DEMO_ALLOW}"]\n[drain]\nmaintenance_grace = 60\n'
         with Cluster(tmp, job, make_device, config) as hosts:
             for host in hosts.hosts:
-                sys.stdout.write(f"{host.name}: metadata {host.fake.address}, daemon http://127.0.0.1:"
-                                 f"{host.port}/status, device {host.device}\n")  # fmt: skip
+                sys.stdout.write(f"{host.name}: metadata {host.fake.address}, device {host.device}\n")
             say(f"2. ONE JAX + Orbax job, a process per host (coordinator {hosts.coordinator}, a parameter "
                 f"sharded over both, regular checkpoints every {job.save_interval} steps)")  # fmt: skip
             hosts.start().wait_watching()
+            for host in hosts.hosts:
+                sys.stdout.write(f"{host.name}: daemon http://{host.address}/status\n")
             sys.stdout.write("every process is training; each daemon sees its own process and nothing else\n")
             say(f"3. maintenance on host-1 ONLY: {MAINTENANCE_EVENT.source} = {TERMINATE}")
             event = time.time()

@@ -110,7 +110,6 @@ class SimulatedHost:
     directory: Path
     device: Path
     fake: FakeMetadataServer
-    port: int = field(default_factory=free_port)
     facts: list[dict[str, Any]] = field(default_factory=list)
     process: subprocess.Popen[str] | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
@@ -140,7 +139,7 @@ class SimulatedHost:
         daemon = [
             python, "-m", "watchdog", "run", "--config", str(config), "--metadata-host", self.fake.address,
             "--device", str(self.device), "--state-dir", str(self.directory / "state"),
-            "--listen", f"127.0.0.1:{self.port}", "--metadata-timeout-sec", "5",
+            "--listen", "127.0.0.1:0", "--metadata-timeout-sec", "5",
         ]  # fmt: skip
         spec = {"job": job_argv, "daemon": daemon, "device": str(self.device), "job_log": str(self.job_log),
                 "daemon_log": str(self.daemon_log)}  # fmt: skip
@@ -182,17 +181,34 @@ class SimulatedHost:
         """{"code": N} or {"signal": N} once the job process exited, with "at" (wall clock) when."""
         return self.fact("exited", "job")
 
+    @property
+    def address(self) -> str | None:
+        """Where the daemon listens, `HOST:PORT`, from the file it writes in its state dir once it has bound
+        (`STATE_DIR/listen`, watchdog/store/address.py), or None before that. The daemon binds port 0 and
+        says which it got: a port picked here and freed before the daemon binds it could be taken by another
+        host's fake metadata server in between."""
+        try:
+            line = (self.directory / "state" / "listen").read_text(encoding="ascii").strip()
+        except OSError:
+            return None
+        return line if line.rpartition(":")[2].isdigit() else None
+
     def status(self) -> dict[str, Any] | None:
         """The daemon's /status, or None while it is not answering."""
+        address = self.address
+        if address is None:
+            return None
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=5) as answer:
+            with urllib.request.urlopen(f"http://{address}/status", timeout=5) as answer:
                 data: dict[str, Any] = json.loads(answer.read())
                 return data
         except (OSError, ValueError):
             return None
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
+        if self.address is None:
+            raise ConnectionError(f"{self.name}: the daemon has not said where it listens (STATE_DIR/listen)")
+        with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=5) as answer:
             text: str = answer.read().decode()
             return text
 
