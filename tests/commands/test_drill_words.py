@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from watchdog.commands.drill import _would_happen
+from watchdog.core.ladder import ladder_for
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.core.vocabulary import SIGTERM_UNKNOWN, SigtermDisposition
+from watchdog.core.vocabulary import SIGTERM_UNKNOWN, OnTimeout, SigtermDisposition
 
 
 def holder(sigterm: SigtermDisposition | None) -> Holder:
@@ -35,8 +36,8 @@ def holder(sigterm: SigtermDisposition | None) -> Holder:
     ],
 )
 def test_each_disposition_is_said_as_what_would_happen(
-    sigterm: SigtermDisposition | None, on_timeout: str, said: str
+    sigterm: SigtermDisposition | None, on_timeout: OnTimeout, said: str
 ) -> None:
-    line = _would_happen(holder(sigterm), on_timeout, 300.0)
+    line = _would_happen(holder(sigterm), ladder_for(on_timeout), 300.0)
     assert said in line
     assert "progress lost" not in line or on_timeout == "kill"

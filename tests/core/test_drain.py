@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, C, core, sent_all, started
+from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, C, core, kill, sent_all, started, term
 from watchdog.core.drain import (
     DrainCore,
     DrainPlan,
@@ -34,13 +34,13 @@ def test_no_holders_is_done_at_once() -> None:
 
 def test_start_sigterms_every_holder_once() -> None:
     c = core(A, B)
-    assert c.start() == [SendSignal(A.identity, TERM), SendSignal(B.identity, TERM)]
+    assert c.start() == [term(A), term(B)]
     assert not c.done
     assert c.phase is Phase.WAITING
 
 
 def test_a_holder_listed_twice_is_sigtermed_once() -> None:
-    assert core(A, A).start() == [SendSignal(A.identity, TERM)]
+    assert core(A, A).start() == [term(A)]
 
 
 def test_all_exited_before_deadline_is_exited_with_statuses() -> None:
@@ -57,7 +57,7 @@ def test_all_exited_before_deadline_is_exited_with_statuses() -> None:
 
 def test_already_signalled_are_not_sigtermed_again_but_are_waited_for() -> None:
     c = core(A, B, already_signalled={A.identity: {TERM}})
-    assert c.start() == [SendSignal(B.identity, TERM)]
+    assert c.start() == [term(B)]
     assert A.identity in c.pending()
     assert "before restart" in c.record.processes[A.identity].describe(T0)
 
@@ -105,7 +105,7 @@ def test_rescan_is_due_every_interval_and_at_the_deadline() -> None:
 def test_newcomer_is_sigtermed_once_under_the_same_deadline() -> None:
     c = started(A)
     actions = c.observe_scan([A, B], running=(), now=T0 + 1)
-    assert actions == [SendSignal(B.identity, TERM)]
+    assert actions == [term(B)]
     sent_all(c, actions, T0 + 1)
     assert c.observe_scan([A, B], running=(), now=T0 + 2) == []
     assert c.record.deadline == T0 + GRACE
@@ -116,7 +116,7 @@ def test_missing_from_scan_and_running_is_released_never_killed() -> None:
     c.observe_scan([B], running={A.identity}, now=T0 + 1)
     assert c.record.processes[A.identity].end is End.RELEASED
     actions = c.observe_scan([B], running=(), now=T0 + GRACE)
-    assert actions == [SendSignal(B.identity, KILL)]
+    assert actions == [kill(B)]
 
 
 def test_missing_from_scan_but_exiting_stays_pending() -> None:
@@ -142,9 +142,9 @@ def test_deadline_kills_what_still_holds_then_waits_for_it() -> None:
     actions = c.observe_scan([A, C], running={B.identity}, now=T0 + GRACE)
     # C is new at the deadline: its one SIGTERM, then the kill of what still holds a device, in one wave.
     term_c, kill_a, kill_c = (
-        SendSignal(C.identity, TERM),
-        SendSignal(A.identity, KILL),
-        SendSignal(C.identity, KILL),
+        term(C),
+        kill(A),
+        kill(C),
     )
     assert actions == [term_c, kill_a, kill_c]
     assert c.record.processes[C.identity].late_arrival
@@ -188,7 +188,7 @@ def test_failed_scan_releases_nobody_and_kills_running_pending_at_deadline() -> 
     c = started(A, B)
     c.observe_scan(None, running={A.identity}, now=T0 + 1)
     assert set(c.pending()) == {A.identity, B.identity}
-    assert c.observe_scan(None, running={A.identity}, now=T0 + GRACE) == [SendSignal(A.identity, KILL)]
+    assert c.observe_scan(None, running={A.identity}, now=T0 + GRACE) == [kill(A)]
 
 
 def test_cancel_before_deadline_sends_nothing_more() -> None:
@@ -223,13 +223,13 @@ def test_interrupt_keeps_what_was_sent_for_a_resume() -> None:
 def test_resume_past_deadline_kills_at_once_even_if_kill_was_intended_before() -> None:
     plan = DrainPlan(deadline=T0 - 1, already_signalled={A.identity: {TERM, KILL}, B.identity: {TERM}})
     c = DrainCore([A, B], plan, now=T0, now_wall=0.0)
-    assert c.start() == [SendSignal(A.identity, KILL), SendSignal(B.identity, KILL)]
+    assert c.start() == [kill(A), kill(B)]
 
 
 def test_dry_run_does_not_wait_after_the_would_be_kill() -> None:
     c = started(A, dry_run=True)
     actions = c.observe_scan([A], running=(), now=T0 + GRACE)
-    assert actions == [SendSignal(A.identity, KILL)]
+    assert actions == [kill(A)]
     assert c.record.outcome is Outcome.TIMED_OUT
     sent_all(c, actions, T0 + GRACE)
     assert c.record.processes[A.identity].killed
@@ -255,7 +255,7 @@ def test_unknown_identities_are_ignored() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"on_timeout": "stop"}, "on_timeout"), ({"rescan_interval": 0}, "rescan"), ({"kill_wait": -1}, "kill")],
+    [({"grace": -1}, "grace"), ({"rescan_interval": 0}, "rescan"), ({"kill_wait": -1}, "kill")],
 )
 def test_bad_settings_are_refused_with_the_name(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -325,7 +325,7 @@ def test_the_deadline_moves_earlier_but_never_later() -> None:
     assert c.move_deadline(T0 + 25, T0 + 1)  # a preemption arrives during a maintenance drain
     assert c.record.deadline == T0 + 25
     # At the new deadline the rescan escalates: A still holds the device, so it is SIGKILLed.
-    assert c.observe_scan([A], running=(), now=T0 + 25) == [SendSignal(A.identity, KILL)]
+    assert c.observe_scan([A], running=(), now=T0 + 25) == [kill(A)]
 
 
 def test_a_finished_drain_keeps_its_deadline() -> None:

@@ -4,14 +4,14 @@ cannot end before that scan has looked."""
 
 from __future__ import annotations
 
-from tests.core.test_drain import T0, TERM, A, B, core, sent_all
-from watchdog.core.drain import FIRST_SCAN_RETRY, ExitStatus, Outcome, Phase, SendSignal
+from tests.support.drain_core import T0, TERM, A, B, core, sent_all, term
+from watchdog.core.drain import FIRST_SCAN_RETRY, ExitStatus, Outcome, Phase
 
 
 def test_indexed_holders_are_signalled_at_once_and_the_full_scan_is_due_straight_away() -> None:
     c = core(A, scan_first=True)
     actions = c.start()
-    assert actions == [SendSignal(A.identity, TERM)]
+    assert actions == [term(A)]
     sent_all(c, actions, T0)
     assert c.wants_scan(T0)
     assert c.timeout(T0) == 0.0
@@ -23,7 +23,7 @@ def test_the_drain_waits_for_the_full_scan_even_when_every_indexed_holder_has_ex
     c.observe_exit(A.identity, ExitStatus(code=0), T0 + 0.001)
     assert not c.done  # B may hold a device too: only the full scan can tell
     actions = c.observe_scan([B], running=(), now=T0 + 0.01)
-    assert actions == [SendSignal(B.identity, TERM)]
+    assert actions == [term(B)]
     assert not c.record.processes[B.identity].late_arrival  # found by the drain's first full look
     sent_all(c, actions, T0 + 0.01)
     c.observe_exit(B.identity, ExitStatus(code=0), T0 + 0.5)
@@ -37,7 +37,7 @@ def test_after_the_full_scan_newcomers_are_late_arrivals_and_scans_are_every_int
     assert not c.wants_scan(T0 + 0.5)
     assert c.wants_scan(T0 + 1.01)
     (late,) = c.observe_scan([A, B], running=(), now=T0 + 1.01)
-    assert late == SendSignal(B.identity, TERM)
+    assert late == term(B)
     assert c.record.processes[B.identity].late_arrival
 
 

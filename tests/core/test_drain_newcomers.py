@@ -4,8 +4,8 @@ found while SIGKILL's targets die gets both signals at once), and after a restar
 
 from __future__ import annotations
 
-from tests.support.drain_core import GRACE, KILL, T0, TERM, A, B, C, core, sent_all, started
-from watchdog.core.drain import DrainCore, DrainPlan, ExitStatus, Outcome, Phase, SendSignal
+from tests.support.drain_core import GRACE, T0, TERM, A, B, C, core, kill, sent_all, started, term
+from watchdog.core.drain import DrainCore, DrainPlan, ExitStatus, Outcome, Phase
 
 
 def test_a_newcomer_after_the_first_wave_is_a_late_arrival_with_the_same_deadline() -> None:
@@ -14,7 +14,7 @@ def test_a_newcomer_after_the_first_wave_is_a_late_arrival_with_the_same_deadlin
     assert c.record.outcome is Outcome.EXITED  # the drain itself ends; the daemon's late drain takes over
     late = core(B, late=True)
     actions = late.start()
-    assert actions == [SendSignal(B.identity, TERM)]
+    assert actions == [term(B)]
     assert late.record.late
     assert late.record.processes[B.identity].late_arrival
 
@@ -28,7 +28,7 @@ def test_held_back_newcomers_are_not_signalled_and_keep_the_drain_open() -> None
     assert any("awaited confirmation" in n for n in c.record.notes)
     # Confirmed: the next scan signals it, once.
     actions = c.observe_scan([B], running=(), now=T0 + 2, admit_new=True)
-    assert actions == [SendSignal(B.identity, TERM)]
+    assert actions == [term(B)]
     assert c.record.processes[B.identity].late_arrival
 
 
@@ -36,7 +36,7 @@ def test_held_back_newcomers_are_never_signalled_past_the_deadline() -> None:
     c = core(A, B, already_signalled={A.identity: {TERM}})
     c.start(admit_new=False)
     actions = c.observe_scan([A, B], running=(), now=T0 + GRACE, admit_new=False)
-    assert actions == [SendSignal(A.identity, KILL)]  # the kill of the one signalled before; B untouched
+    assert actions == [kill(A)]  # the kill of the one signalled before; B untouched
     assert B.identity not in c.record.processes
 
 
@@ -63,7 +63,7 @@ def test_a_sigterm_possibly_sent_is_never_sent_again_and_waits_for_confirmation_
         possibly_signalled=frozenset({A.identity}),
     )  # fmt: skip
     late = DrainCore([A], plan, now=T0 + GRACE + 1, now_wall=1.7e9)
-    assert late.start(admit_new=True) == [SendSignal(A.identity, KILL)]
+    assert late.start(admit_new=True) == [kill(A)]
 
 
 def test_a_sigterm_possibly_sent_is_not_sent_again_once_admitted() -> None:
@@ -78,7 +78,7 @@ def test_a_newcomer_while_killing_gets_sigterm_and_sigkill_in_one_wave() -> None
     assert c.phase is Phase.KILLING
     assert c.wants_scan(T0 + GRACE + 1)
     actions = c.observe_scan([A, B], running=(), now=T0 + GRACE + 9)
-    assert actions == [SendSignal(B.identity, TERM), SendSignal(B.identity, KILL)]  # A is not killed twice
+    assert actions == [term(B), kill(B)]  # A is not killed twice
     assert c.record.processes[B.identity].late_arrival
     sent_all(c, actions, T0 + GRACE + 9)
     c.observe_time(T0 + GRACE + 12)
@@ -91,7 +91,7 @@ def test_a_newcomer_while_killing_gets_sigterm_and_sigkill_in_one_wave() -> None
 def test_while_killing_a_newcomer_held_back_is_never_signalled() -> None:
     c = core(A, already_signalled={A.identity: {TERM}})
     c.start(admit_new=False)
-    assert c.observe_scan([A], running=(), now=T0 + GRACE, admit_new=False) == [SendSignal(A.identity, KILL)]
-    sent_all(c, [SendSignal(A.identity, KILL)], T0 + GRACE)
+    assert c.observe_scan([A], running=(), now=T0 + GRACE, admit_new=False) == [kill(A)]
+    sent_all(c, [kill(A)], T0 + GRACE)
     assert c.observe_scan([A, C], running=(), now=T0 + GRACE + 1, admit_new=False) == []
     assert C.identity not in c.record.processes

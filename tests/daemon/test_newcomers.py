@@ -12,6 +12,7 @@ from watchdog.daemon.outputs import Outputs
 from watchdog.surface.metrics import Metrics
 
 OUTPUTS = Outputs(Metrics())
+ASK = "SIGTERM"  # the default ladder's asking signal
 
 TERMINATE = Trigger("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 300.0)
 
@@ -27,7 +28,8 @@ def restored_lifecycle() -> Lifecycle:
 def test_an_unconfirmed_event_waits_then_carries_on_until_its_deadline_said_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    newcomers = Newcomers(restored_lifecycle(), started_wall=1100.0, confirm_wait=10.0, outputs=OUTPUTS)
+    life = restored_lifecycle()
+    newcomers = Newcomers(life, started_wall=1100.0, confirm_wait=10.0, outputs=OUTPUTS, ask=ASK)
     assert not newcomers.admitted(1105.0)
     assert newcomers.admitted(1110.0)  # unheard for the whole wait: the maintenance is still coming
     assert newcomers.gave_up_waiting
@@ -39,18 +41,18 @@ def test_an_unconfirmed_event_waits_then_carries_on_until_its_deadline_said_once
 
 def test_a_confirmation_admits_at_once() -> None:
     life = restored_lifecycle()
-    newcomers = Newcomers(life, started_wall=1100.0, confirm_wait=10.0, outputs=OUTPUTS)
+    newcomers = Newcomers(life, started_wall=1100.0, confirm_wait=10.0, outputs=OUTPUTS, ask=ASK)
     life.observe("maintenance-event", TERMINATE, 1100.5)  # the first answer says it is still on
     assert newcomers.admitted(1100.5)
     assert not newcomers.gave_up_waiting
 
 
 def test_nothing_on_file_admits_from_the_start() -> None:
-    assert Newcomers(Lifecycle(), started_wall=1100.0, outputs=OUTPUTS).admitted(1100.0)
+    assert Newcomers(Lifecycle(), started_wall=1100.0, outputs=OUTPUTS, ask=ASK).admitted(1100.0)
 
 
 def test_a_drain_with_one_confirmed_event_admits_newcomers() -> None:
     life = restored_lifecycle()
     life.late_arrivals(1100.0)  # a drain of the restored, unconfirmed event
     life.observe("preempted", Trigger("preempted", "TRUE", 30.0), 1100.2)  # a new event joins it
-    assert Newcomers(life, started_wall=1100.0, confirm_wait=10.0, outputs=OUTPUTS).admitted(1100.3)
+    assert Newcomers(life, started_wall=1100.0, confirm_wait=10.0, outputs=OUTPUTS, ask=ASK).admitted(1100.3)

@@ -13,6 +13,7 @@ from tests.support.workloads import OwnScanner, Workloads
 from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
 from watchdog.core.drain_record import DrainRecord, Outcome
+from watchdog.core.ladder import ladder_for
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.runner import DrainOrder, DrainRunner
 from watchdog.host.holders import ScanResult
@@ -40,7 +41,7 @@ def order(seconds: float, *, already: dict[object, set[int]] | None = None) -> D
     clock = SystemClock()
     return DrainOrder(
         "maintenance-event", clock.monotonic() + seconds, clock.wall() + seconds, "20261201T000000.000Z",
-        ("ev",), False, already or {},  # type: ignore[arg-type]
+        ("ev",), False, already or {}, ladder_for("kill"),  # type: ignore[arg-type]
     )  # fmt: skip
 
 

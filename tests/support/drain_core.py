@@ -7,6 +7,7 @@ import signal
 from typing import Any
 
 from watchdog.core.drain import DrainCore, DrainPlan, OnTimeout, SendSignal, SignalResult
+from watchdog.core.ladder import At, ladder_for
 from watchdog.core.process import Holder, ProcessIdentity
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
@@ -22,8 +23,19 @@ A, B, C = holder(10), holder(20), holder(30)
 
 
 def core(*holders: Holder, on_timeout: OnTimeout = "kill", **kw: Any) -> DrainCore:
-    plan = DrainPlan(deadline=T0 + GRACE, on_timeout=on_timeout, rescan_interval=1.0, kill_wait=10.0, **kw)
+    ladder = ladder_for(on_timeout)
+    plan = DrainPlan(deadline=T0 + GRACE, ladder=ladder, rescan_interval=1.0, kill_wait=10.0, **kw)
     return DrainCore(holders, plan, now=T0, now_wall=1.7e9)
+
+
+def term(h: Holder) -> SendSignal:
+    """The default ladder's asking step, for `h`."""
+    return SendSignal(h.identity, TERM, At.FOUND)
+
+
+def kill(h: Holder) -> SendSignal:
+    """The default ladder's deadline step, for `h`."""
+    return SendSignal(h.identity, KILL, At.DEADLINE)
 
 
 def sent_all(c: DrainCore, actions: list[SendSignal], now: float) -> None:

@@ -33,6 +33,7 @@ from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.core.accelerators import agent_note
 from watchdog.core.devices import notes_text
 from watchdog.core.drain_record import Death, DrainRecord, End, Loss, ProcessRecord, SignalResult
+from watchdog.core.ladder import Ladder
 from watchdog.core.lifecycle import drain_id_at
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import (
@@ -72,9 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yes", action="store_true", help="signal without asking first (on a terminal)")
 
 
-def would_signal(holders: Sequence[Holder], on_timeout: str, grace: float) -> list[str]:
-    """A dry run's report: for each holder, whether SIGTERM could reach it now (signal 0 through the same
-    identity check as a real signal) and what the deadline would do."""
+def would_signal(holders: Sequence[Holder], ladder: Ladder, grace: float) -> list[str]:
+    """A dry run's report: for each holder, whether the ladder's asking signal could reach it now (signal 0
+    through the same identity check as a real signal) and what the deadline would do."""
     from watchdog.host.signals import DryRunSignaller, ProcessHandles
 
     handles = ProcessHandles()
@@ -83,9 +84,9 @@ def would_signal(holders: Sequence[Holder], on_timeout: str, grace: float) -> li
         signaller.prepare(h.identity for h in holders)
         lines = []
         for h in holders:
-            result = signaller.send(h.identity, signal.SIGTERM)
+            result = signaller.send(h.identity, ladder.ask.signum)
             if result is SignalResult.SENT:
-                what = _would_happen(h, on_timeout, grace)
+                what = _would_happen(h, ladder, grace)
             elif result is SignalResult.DENIED:
                 what = "could NOT be signalled: permission denied (run the drill as root)"
             else:
@@ -96,29 +97,34 @@ def would_signal(holders: Sequence[Holder], on_timeout: str, grace: float) -> li
         handles.close()
 
 
-def _would_happen(holder: Holder, on_timeout: str, grace: float) -> str:
-    """What a real drain would do to `holder`, from its SIGTERM disposition (seen now, no signal sent)."""
+def _would_happen(holder: Holder, ladder: Ladder, grace: float) -> str:
+    """What a real drain would do to `holder` as `ladder` says, from its SIGTERM disposition (seen now, no
+    signal sent; a ladder asking with another signal says only what it would send)."""
+    ask, force = ladder.ask.name, ladder.force
+    then = f"{force.name} if it still holds a device" if force else "reported if it still holds"
+    if ladder.ask.signum != signal.SIGTERM:
+        return f"would get {ask} now, then after {grace:.0f} s: {then}"
     if holder.sigterm is SigtermDisposition.DEFAULT:
-        return "would get SIGTERM now and die of it at once: it has no handler, so it would save nothing"
+        return f"would get {ask} now and die of it at once: it has no handler, so it would save nothing"
     if holder.sigterm is SigtermDisposition.IGNORED:
-        if on_timeout == "kill":
-            return f"would get SIGTERM now and ignore it: after {grace:.0f} s, SIGKILL (its progress lost)"
+        if force is not None:
+            return f"would get {ask} now and ignore it: after {grace:.0f} s, {force.name} (its progress lost)"
         return (
-            f"would get SIGTERM now and ignore it: after {grace:.0f} s, left running and reported "
+            f"would get {ask} now and ignore it: after {grace:.0f} s, left running and reported "
             "(on_timeout = leave); the maintenance then stops it, unsaved"
         )
-    then = "SIGKILL if it still holds a device" if on_timeout == "kill" else "reported if it still holds"
     if holder.sigterm is SigtermDisposition.CAUGHT:
-        return f"would get SIGTERM now (it has a handler), then after {grace:.0f} s: {then}"
+        return f"would get {ask} now (it has a handler), then after {grace:.0f} s: {then}"
     unknown = f"what it does with it unknown ({SIGTERM_UNKNOWN})"
-    return f"would get SIGTERM now, {unknown}; after {grace:.0f} s: {then}"
+    return f"would get {ask} now, {unknown}; after {grace:.0f} s: {then}"
 
 
-def confirmed(count: int, grace: float, on_timeout: str) -> bool:
+def confirmed(count: int, grace: float, ladder: Ladder) -> bool:
     """Ask on the terminal before signalling real jobs; anything but yes is no."""
-    then = "SIGKILL" if on_timeout == "kill" else "report"
+    then = ladder.force.name if ladder.force else "report"
     sys.stderr.write(
-        f"SIGTERM {count} process(es) now, and {then} what still holds a device after {grace:.0f} s? [y/N] "
+        f"{ladder.ask.name} {count} process(es) now, and {then} what still holds a device after "
+        f"{grace:.0f} s? [y/N] "
     )
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
@@ -179,18 +185,18 @@ def run(args: argparse.Namespace) -> int:
     grace = config.maintenance_grace
     if config.dry_run:
         out.write(f"drill --dry-run: {len(holders)} process(es) hold a TPU device; nothing was sent:\n")
-        out.write("\n".join(would_signal(holders, config.on_timeout, grace)) + "\n")
+        out.write("\n".join(would_signal(holders, drill.plan.ladder, grace)) + "\n")
         out.write("a real drill (without --dry-run) shows whether each one saves its checkpoint in time\n")
         return EXIT_DRILL_DRY_RUN
     out.write(
-        f"drill: SIGTERM to {len(holders)} process(es) now, then up to {grace:.0f} s for them to exit, then "
-        f"{config.on_timeout}. Ctrl-C cancels (no SIGKILL).\n"
+        f"drill: {drill.plan.ladder.ask.name} to {len(holders)} process(es) now, then up to {grace:.0f} s "
+        f"for them to exit, then {config.on_timeout}. Ctrl-C cancels (no SIGKILL).\n"
     )
     for h in holders:
         command = " ".join(" ".join(h.cmdline).split())[:60]  # one line, whatever the argv holds
         out.write(f"  pid {h.pid:<8} {h.name:<16} {' '.join(h.devices)}  {command}\n")
     out.flush()
-    if sys.stdin.isatty() and not args.yes and not confirmed(len(holders), grace, config.on_timeout):
+    if sys.stdin.isatty() and not args.yes and not confirmed(len(holders), grace, drill.plan.ladder):
         out.write("not confirmed: nothing was signalled\n")
         return EXIT_DRILL_DECLINED
 

@@ -7,6 +7,7 @@ the configuration (`tpu-watchdog config`, `status`) does not import the policy.
 from __future__ import annotations
 
 from watchdog.config.settings import Config
+from watchdog.core.ladder import ladder_for
 from watchdog.core.policy import Policy
 
 
@@ -20,4 +21,5 @@ def policy_from_config(config: Config) -> Policy:
         drain_when_ongoing=config.drain_when_ongoing,
         maintenance_sigterm=config.maintenance_sigterm,
         maintenance_lead=config.maintenance_lead,
+        ladder=ladder_for(config.on_timeout),
     )

@@ -4,9 +4,11 @@ Pure: it is fed observations (a scan of the holders, a process's exit, the resul
 answers with actions (`SendSignal`) for the edge (`watchdog/daemon/drain.py`) to carry out. It owns
 the record. No I/O and no clock reads, so every transition is tested without processes or waiting.
 
-Phases: WAITING (holders got SIGTERM; wait for them to exit, rescanning for newcomers), then at the deadline
-either KILLING (SIGKILL what still holds a device, wait a bounded time for it to vanish, rescanning still) or
-straight to DONE (on_timeout="leave"). Times are monotonic seconds of the caller's clock.
+It walks the plan's signal ladder (`watchdog.core.ladder`): the asking step (SIGTERM) to each holder when it
+is found, then at the deadline the forcing step (SIGKILL), or none. Phases: WAITING (holders got the asking
+signal; wait for them to exit, rescanning for newcomers), then at the deadline either KILLING (SIGKILL what
+still holds a device, wait a bounded time for it to vanish, rescanning still) or, on a ladder without a
+forcing step (on_timeout="leave"), straight to DONE. Times are monotonic seconds of the caller's clock.
 
 Newcomers (a process that opens a device after the first wave: a job supervisor restarting the job) get
 their one SIGTERM when a scan finds them, and SIGKILL at the same deadline; one found after the deadline
@@ -23,7 +25,6 @@ until it has looked the drain is not over, and whom it finds are no late arrival
 from __future__ import annotations
 
 import enum
-import signal
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -36,14 +37,9 @@ from watchdog.core.drain_record import (
     SentSignal,
     SignalResult,
 )
+from watchdog.core.ladder import DEFAULT_LADDER, At, Ladder
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.core.vocabulary import (
-    DEFAULT_MAINTENANCE_GRACE,
-    DEFAULT_ON_TIMEOUT,
-    ON_TIMEOUT,
-    OnTimeout,
-    Outcome,
-)
+from watchdog.core.vocabulary import DEFAULT_MAINTENANCE_GRACE, OnTimeout, Outcome
 
 __all__ = [
     "DrainCore",
@@ -51,6 +47,7 @@ __all__ = [
     "DrainRecord",
     "End",
     "ExitStatus",
+    "Ladder",
     "OnTimeout",
     "Outcome",
     "Phase",
@@ -71,17 +68,21 @@ class Phase(str, enum.Enum):
 
 @dataclass(frozen=True)
 class SendSignal:
-    """Action: signal this process (the edge calls on_intent first, then sends, then reports the result)."""
+    """Action: signal this process (the edge calls on_intent first, then sends, then reports the result).
+    `at`: the ladder's step it carries out (a SIGKILL at the deadline is never sent once stopping)."""
 
     identity: ProcessIdentity
     signum: int
+    at: At
 
 
 @dataclass(frozen=True)
 class DrainPlan:
     """What a drain is to do: the one specification of a drain, from the edge that starts it to the state
-    machine that walks it. The deadline is `deadline` (absolute, monotonic seconds of the drain's clock:
-    resuming a drain) or, without one, `grace` seconds from the start (default: the maintenance grace).
+    machine that walks it. `ladder`: which signals go out, and when (`watchdog.core.ladder`; the default asks
+    with SIGTERM and kills at the deadline). The deadline is `deadline` (absolute, monotonic seconds of the
+    drain's clock: resuming a drain) or, without one, `grace` seconds from the start (default: the
+    maintenance grace).
     `already_signalled`: the signals an earlier run (or an earlier drain of the same event) sent each
     process, as signal numbers, or as signal number -> when it went (monotonic; None when unknown): SIGTERM
     is never sent twice; SIGKILL still goes out on time. `dry_run` sends nothing (signal 0 checks).
@@ -95,7 +96,7 @@ class DrainPlan:
 
     grace: float | None = None
     deadline: float | None = None
-    on_timeout: OnTimeout = DEFAULT_ON_TIMEOUT
+    ladder: Ladder = DEFAULT_LADDER
     dry_run: bool = False
     already_signalled: Mapping[ProcessIdentity, Collection[int]] = field(default_factory=dict)
     rescan_interval: float = 1.0
@@ -112,14 +113,14 @@ class DrainPlan:
             raise ValueError("give either grace (relative) or deadline (absolute), not both")
         if self.grace is not None and not self.grace >= 0:
             raise ValueError(f"grace must be >= 0 s, not {self.grace!r}")
-        if self.on_timeout not in ON_TIMEOUT:
-            raise ValueError(
-                f"on_timeout must be {' or '.join(map(repr, ON_TIMEOUT))}, not {self.on_timeout!r}"
-            )
         if not self.rescan_interval > 0:
             raise ValueError(f"rescan_interval must be > 0 s, not {self.rescan_interval!r}")
         if not self.kill_wait >= 0:
             raise ValueError(f"kill_wait must be >= 0 s, not {self.kill_wait!r}")
+
+    @property
+    def on_timeout(self) -> OnTimeout:
+        return self.ladder.on_timeout
 
 
 class DrainCore:
@@ -135,6 +136,7 @@ class DrainCore:
             on_timeout=plan.on_timeout, dry_run=plan.dry_run, late=plan.late, drain_id=plan.drain_id,
         )  # fmt: skip
         self._now = now  # when this run of the drain starts (`start`)
+        self._ladder = plan.ladder
         self.phase = Phase.WAITING
         self._initial = list(
             {h.identity: h for h in holders}.values()
@@ -171,7 +173,7 @@ class DrainCore:
         return list(self._pending)
 
     def start(self, admit_new: bool = True) -> list[SendSignal]:
-        """The first actions: SIGTERM every holder not already signalled (or, past the deadline, the kill).
+        """The first actions: the asking signal to every holder not yet sent it (past the deadline, the kill).
         `admit_new=False`: only processes an earlier run signalled are taken on; the others wait."""
         now = self._now
         if now >= self.record.deadline and self._awaiting_scan:
@@ -327,8 +329,8 @@ class DrainCore:
     # -- internals --
 
     def _track(self, holder: Holder, now: float, late: bool = False) -> SendSignal | None:
-        """Start recording a holder; SIGTERM it unless an earlier run of the daemon (or an earlier drain of
-        the same event) already did."""
+        """Start recording a holder; send it the asking signal unless an earlier run of the daemon (or an
+        earlier drain of the same event) already did."""
         proc = ProcessRecord(
             holder.identity, holder.name, holder.devices, first_seen=now, late_arrival=late, uid=holder.uid,
             sigterm=holder.sigterm, workload=holder.workload,
@@ -338,8 +340,9 @@ class DrainCore:
         sent_at = self._sent_at.get(holder.identity, {})
         for signum in sorted(self._already.get(holder.identity, ())):
             proc.signals.append(SentSignal(signum, sent_at.get(signum), SignalResult.SENT))
-        if signal.SIGTERM not in self._already.get(holder.identity, ()):
-            return SendSignal(holder.identity, signal.SIGTERM)
+        ask = self._ladder.ask
+        if ask.signum not in self._already.get(holder.identity, ()):
+            return SendSignal(holder.identity, ask.signum, ask.at)
         return None
 
     def _waits(self, identity: ProcessIdentity, admit_new: bool) -> bool:
@@ -356,8 +359,10 @@ class DrainCore:
             )
 
     def _deadline(self, still_holding: Collection[ProcessIdentity], now: float) -> list[SendSignal]:
-        """At the deadline: SIGKILL what still holds a device ("kill"), or only report ("leave")."""
-        if self.record.on_timeout == "leave":
+        """At the deadline: the ladder's forcing step (SIGKILL) to what still holds a device, or, without
+        one, only report ("leave")."""
+        force = self._ladder.force
+        if force is None:
             self._finish(Outcome.TIMED_OUT, now)
             return []
         self.phase = Phase.KILLING
@@ -366,7 +371,7 @@ class DrainCore:
         targets = [i for i in self._pending if i in still_holding or not self.record.processes[i].signals]
         if self.record.dry_run:
             self._finish(Outcome.TIMED_OUT, now)  # nothing was signalled, nothing will exit: no kill wait
-        return [SendSignal(i, signal.SIGKILL) for i in targets]
+        return [SendSignal(i, force.signum, force.at) for i in targets]
 
     def _scan_while_killing(self, holders: Sequence[Holder], now: float, admit_new: bool) -> list[SendSignal]:
         """Past the deadline, SIGKILL sent: a newcomer (or a process that released a device and opened it
@@ -380,11 +385,14 @@ class DrainCore:
                 actions += [action] if action is not None else []
             elif proc is not None and proc.end is End.RELEASED:
                 self._reopened(proc)
+        force = self._ladder.force
+        if force is None:  # never: KILLING is entered only through the forcing step (`_deadline`)
+            return actions
         kills = [h.identity for h in holders if h.identity in self._pending]
         kills = [i for i in kills if not self.record.processes[i].killed]
         if kills:
             self._kill_deadline = max(self._kill_deadline or now, now + self._kill_wait)
-        return actions + [SendSignal(i, signal.SIGKILL) for i in kills]
+        return actions + [SendSignal(i, force.signum, force.at) for i in kills]
 
     def _reopened(self, proc: ProcessRecord) -> None:
         """A process that released its device holds one again: waited for again."""

@@ -11,6 +11,7 @@ import enum
 import signal
 from dataclasses import dataclass, field
 
+from watchdog.core.ladder import KILL, signal_name
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import OnTimeout, Outcome, ProcessEnd, SigtermDisposition
 from watchdog.core.workload import Workload
@@ -85,14 +86,6 @@ class ExitStatus:
         return "unknown"
 
 
-def signal_name(signum: int) -> str:
-    """`SIGTERM` for 15; a number the enum lacks (a real-time signal, 35-63) as `signal 40`."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 UNKNOWN_EXIT = ExitStatus()
 
 REOPENED = " (reopened for a late arrival)"  # a drain a late arrival joined after it had ended
@@ -139,14 +132,19 @@ class ProcessRecord:
         return [s for s in self.signals if s.signum == signum and s.result is SignalResult.SENT]
 
     @property
+    def asked(self) -> SentSignal | None:
+        """The ladder's asking signal as it went out (SIGTERM: every signal sent but SIGKILL), or None."""
+        return next((s for s in self.signals if s.signum != KILL and s.result is SignalResult.SENT), None)
+
+    @property
     def signalled_at(self) -> float | None:
-        """When SIGTERM went out (None if never, or if an earlier run of the daemon sent it)."""
-        term = self.sent(signal.SIGTERM)
-        return term[0].at if term else None
+        """When the asking signal went out (None if never, or if an earlier run of the daemon sent it)."""
+        asked = self.asked
+        return asked.at if asked is not None else None
 
     @property
     def killed(self) -> bool:
-        return bool(self.sent(signal.SIGKILL))
+        return bool(self.sent(KILL))
 
     @property
     def pending(self) -> bool:
@@ -162,6 +160,7 @@ class ProcessRecord:
         status = self.exit_status
         if status is not None and status.known:
             return Death.SEEN if status.died_of_sigterm else None
+        # The disposition read is SIGTERM's: a ladder asking with another signal infers nothing.
         if self.sigterm is SigtermDisposition.DEFAULT and self.sent(signal.SIGTERM):
             return Death.INFERRED
         return None
@@ -200,13 +199,13 @@ class ProcessRecord:
         who = f"{self.identity} {self.name}" + (f" [{words}]" if words else "")
         parts = [who + (" (late arrival)" if self.late_arrival else "")]
         for s in self.signals:
-            name = signal.Signals(s.signum).name
+            name = signal_name(s.signum)
             if s.result is SignalResult.SENT:
                 parts.append(f"{name} {verb} {t(s.at)}")
             else:
                 parts.append(f"{name} not sent ({s.result.value}) {t(s.at)}")
         status = self.exit_status or UNKNOWN_EXIT
-        how = f" ({status})" if status.known and not (self.killed and status.signal == signal.SIGKILL) else ""
+        how = f" ({status})" if status.known and not (self.killed and status.signal == KILL) else ""
         if end is ProcessEnd.KILLED and self.end is End.EXITED:
             parts.append(f"{end.value}{how} at {t(self.ended_at)}")
         elif end is ProcessEnd.KILLED:
@@ -225,7 +224,7 @@ class ProcessRecord:
             parts.append("its PID now belongs to another process: not signalled")
         elif self.end is End.PROTECTED:
             parts.append("PID 1, the watchdog itself or a kernel thread: never signalled")
-        elif dry_run and self.sent(signal.SIGKILL):
+        elif dry_run and self.killed:
             parts.append("still running (a real drain would have SIGKILLed it)")
         else:
             parts.append("still running")
@@ -285,7 +284,7 @@ class DrainRecord:
             end = p.public_end(self.dry_run)
             if end is ProcessEnd.EXITED and p.sigterm_death is not None:
                 what = "died of SIGTERM's default action"
-            elif self.dry_run and p.sent(signal.SIGKILL):
+            elif self.dry_run and p.killed:
                 what = "would have been killed"
             else:
                 what = end.value.replace("_", " ")

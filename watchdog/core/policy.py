@@ -10,12 +10,16 @@
 - preempted TRUE: drain, preemption grace (25 s: Spot VMs get about 30 s).
 - upcoming-maintenance: advisory, unless `drain_before_window` (drain that long before the window starts,
   with a grace of at most that long, so the host is empty when the window opens) or `drain_when_ongoing`.
+
+What every drain then sends is the policy's `ladder` (`watchdog.core.ladder`): SIGTERM, then SIGKILL at the
+deadline, or nothing more (on_timeout = "leave").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from watchdog.core.ladder import DEFAULT_LADDER, Ladder
 from watchdog.core.lifecycle import Trigger
 from watchdog.core.metadata_values import (
     MaintenanceEvent,
@@ -47,6 +51,7 @@ class Policy:
     drain_when_ongoing: bool = False
     maintenance_sigterm: str = AT_NOTICE
     maintenance_lead: float = 600.0
+    ladder: Ladder = DEFAULT_LADDER  # the signals of every drain, and when they go
 
 
 def trigger(

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from watchdog.config.settings import Config
 from watchdog.core.clock import time_left, utc_time
 from watchdog.core.drain_record import DrainRecord
+from watchdog.core.ladder import Ladder
 from watchdog.core.lifecycle import (
     Action,
     ActiveDrain,
@@ -42,10 +43,12 @@ PROGRESS_NAMES = 5  # processes named in a progress line; the rest are counted
 
 class Announcer:
     def __init__(
-        self, config: Config, hooks: HookRunner, notices: Notices, metrics: Metrics, outputs: Outputs
-    ) -> None:
+        self, config: Config, hooks: HookRunner, notices: Notices, metrics: Metrics, outputs: Outputs,
+        ladder: Ladder,
+    ) -> None:  # fmt: skip
+        """`ladder`: the policy's, for what a drain's deadline does (it needs a restart to change)."""
         self.config, self.hooks, self.notices, self.metrics = config, hooks, notices, metrics
-        self.outputs = outputs
+        self.outputs, self.ladder = outputs, ladder
 
     def daemon_started(self, state: str, patterns: Sequence[str]) -> None:
         with self.outputs.guarded(Output.LOG):
@@ -121,7 +124,7 @@ class Announcer:
         with self.outputs.guarded(Output.LOG):
             killed = who_was_killed(record)
             lost = outcome is Outcome.TIMED_OUT and not record.dry_run
-            how = "killed at the deadline" if self.config.on_timeout == "kill" else "left holding a device"
+            how = "killed at the deadline" if record.on_timeout == "kill" else "left holding a device"
             loss = f"; {how}, progress since its last checkpoint lost: {killed}" if lost else ""
             log.log(
                 logging.ERROR if lost else logging.WARNING, "%s%s", record.one_line(), loss,
@@ -148,7 +151,7 @@ class Announcer:
         names = ", ".join(f"pid {p.identity.pid} {p.name}" for p in procs[:PROGRESS_NAMES])
         more = f" and {len(procs) - PROGRESS_NAMES} more" if len(procs) > PROGRESS_NAMES else ""
         total = len(record.processes) if record is not None else 0
-        then = "then SIGKILL" if self.config.on_timeout == "kill" else "then leave them"
+        then = f"then {self.ladder.force.name}" if self.ladder.force else "then leave them"
         log.info(
             "drain %s: %d of %d still running%s; deadline %s (%s), %s",
             drain_id, len(procs), total, f" ({names}{more})" if procs else "", time_left(deadline, now),

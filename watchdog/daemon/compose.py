@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.accelerators import Profile, ProfileChoice
 from watchdog.core.clock import Clock
@@ -189,7 +190,8 @@ class Drill:
 def build_drill(config: Config, wiring: Wiring | None = None) -> Drill:
     """The drill's drain for `config` (only `wiring.scanner` applies: a drill asks no metadata server)."""
     wiring = wiring or Wiring()
-    plan = DrainPlan(grace=config.maintenance_grace, on_timeout=config.on_timeout, dry_run=config.dry_run)
+    ladder = policy_from_config(config).ladder
+    plan = DrainPlan(grace=config.maintenance_grace, ladder=ladder, dry_run=config.dry_run)
     return Drill(scanner=wiring.scanner or host_scanner(config, sys_root=wiring.sys_root)[0], plan=plan)
 
 

@@ -1,4 +1,5 @@
-"""`run_drain(...)`: SIGTERM the TPU holders, wait for them to exit or the deadline, then SIGKILL the rest.
+"""`run_drain(...)`: walk a drain's signal ladder (SIGTERM the TPU holders, wait for them to exit or the
+deadline, then SIGKILL the rest).
 
 The loop at the edge around the pure `DrainCore`: it reads the injected clock, runs the scanner, sends
 through the signaller, and waits on the exit waiter (poll(2) on pidfds, so an exit is noticed as it happens).
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
@@ -21,6 +21,7 @@ from typing import Protocol
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain import DrainCore, DrainPlan, SendSignal
 from watchdog.core.drain_record import DrainRecord, ExitStatus, SignalResult
+from watchdog.core.ladder import At
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.host.exits import PidfdExitWaiter
 from watchdog.host.signals import DryRunSignaller, PidfdSignaller, ProcessHandles
@@ -206,7 +207,7 @@ class _Loop:
             )
         done: list[tuple[ProcessIdentity, int, SignalResult]] = []
         for action in actions:
-            if cancel.is_set() or (action.signum == signal.SIGKILL and stop.is_set()):
+            if cancel.is_set() or (action.at is At.DEADLINE and stop.is_set()):
                 break  # the loop ends the drain as cancelled/interrupted; no SIGKILL after either
             result = self.signaller.send(action.identity, action.signum)
             done.append((action.identity, action.signum, result))

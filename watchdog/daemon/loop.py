@@ -141,7 +141,7 @@ class Daemon:
             lambda: self.view.values, self.lifecycle, lambda: self.policy, self.outputs
         )
         self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
-        self.announce = Announcer(config, hooks, self.notices, metrics, self.outputs)
+        self.announce = Announcer(config, hooks, self.notices, metrics, self.outputs, self.policy.ladder)
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
@@ -161,7 +161,12 @@ class Daemon:
         self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
         self.progress_interval, self._next_progress = progress_interval, 0.0
         self.newcomers = Newcomers(
-            self.lifecycle, self.clock.wall(), confirm_wait, saved.unconfirmed(), outputs=self.outputs
+            self.lifecycle,
+            self.clock.wall(),
+            confirm_wait,
+            saved.unconfirmed(),
+            outputs=self.outputs,
+            ask=self.policy.ladder.ask.name,
         )
         self.departures = Departures(metrics, self.outputs)
         self.devices = DeviceWatch(devices, patterns or config.devices, self.view, self.outputs)
@@ -326,7 +331,10 @@ class Daemon:
         self._next_scan = now + RESCAN_INTERVAL
         self._refresh_admission()
         unsure = self.newcomers.possibly_signalled
-        if self.runner.admit and late_arrivals(self.scanner, self.store, self.view, self.outputs, unsure):
+        ask = self.policy.ladder.ask.name
+        if self.runner.admit and late_arrivals(
+            self.scanner, self.store, self.view, self.outputs, unsure, ask
+        ):
             self._apply(self.lifecycle.late_arrivals(self.clock.wall()))
 
     def _refresh_admission(self) -> None:
@@ -401,10 +409,12 @@ class Daemon:
         self._next_progress = self.clock.monotonic() + self.progress_interval
         first = self.runner.first_wave(self._to_mono(deadline))
         if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
-            self._intents = [(h.identity, "SIGTERM", h.name) for h in first if h.identity not in already]
+            ask = self.policy.ladder.ask.name
+            self._intents = [(h.identity, ask, h.name) for h in first if h.identity not in already]
         self.runner.start(DrainOrder(
             cause, self._to_mono(deadline), deadline, active.drain_id if active else "",
-            tuple(active.event_ids) if active else (), bool(active and active.late), already, first,
+            tuple(active.event_ids) if active else (), bool(active and active.late), already,
+            self.policy.ladder, first,
             self.newcomers.possibly_signalled, active.started if active else None,
             tuple(s for s in on_file if active and s.intent_at >= active.started),  # its own, not earlier
             self._previous(active),

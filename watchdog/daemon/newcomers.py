@@ -36,11 +36,12 @@ CONFIRM_WAIT = 10.0  # s after start that an unconfirmed event on file signals n
 class Newcomers:
     def __init__(
         self, lifecycle: Lifecycle, started_wall: float, confirm_wait: float = CONFIRM_WAIT,
-        unconfirmed: Iterable[SignalRecord] = (), *, outputs: Outputs,
+        unconfirmed: Iterable[SignalRecord] = (), *, outputs: Outputs, ask: str,
     ) -> None:  # fmt: skip
+        """`unconfirmed`: the signals on file only as intents; `ask`: the ladder's asking signal, by name."""
         self.lifecycle, self.outputs = lifecycle, outputs
         # Replaced whole (the drain thread reads the copy its order carries); emptied as drains take them on.
-        self.possibly_signalled = frozenset(s.identity for s in unconfirmed if s.signal == "SIGTERM")
+        self.possibly_signalled = frozenset(s.identity for s in unconfirmed if s.signal == ask)
         self.confirm_wait = confirm_wait
         self.unconfirmed_until = started_wall + confirm_wait
         self._said = False
@@ -86,16 +87,17 @@ def late_arrivals(
     view: StatusView,
     outputs: Outputs,
     unsure: frozenset[ProcessIdentity],
+    ask: str,
 ) -> list[Holder]:
     """Scan while drained events are on, as a drain does: who holds a device now that this event has not
-    signalled (one SIGTERM per process per event), or only possibly (`unsure`: its drain SIGKILLs it at the
-    deadline, without a second SIGTERM). Refreshes the holders gauge (`outputs.metrics`) and /status on the
-    way."""
+    signalled (one asking signal, `ask` by name, per process per event), or only possibly (`unsure`: its
+    drain SIGKILLs it at the deadline, without a second SIGTERM). Refreshes the holders gauge
+    (`outputs.metrics`) and /status on the way."""
     holders = list(scanner.scan().holders)
     view.holders = holders
     with outputs.guarded(Output.METRICS):
         outputs.metrics.set_holders(holders)
-    signalled = {s.identity for s in store.state.signals if s.signal == "SIGTERM"} - unsure
+    signalled = {s.identity for s in store.state.signals if s.signal == ask} - unsure
     newcomers = [h for h in holders if h.identity not in signalled]
     if newcomers:
         with outputs.guarded(Output.LOG):  # said before its drain starts: it must not stop that drain

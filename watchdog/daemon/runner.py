@@ -31,6 +31,7 @@ from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, time_left, utc_time
 from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
+from watchdog.core.ladder import Ladder
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import DaemonState, Output
 from watchdog.daemon.drain import DrainListener, Scanner, run_drain
@@ -60,6 +61,7 @@ class DrainOrder:
     event_ids: tuple[str, ...]
     late: bool
     already_signalled: Mapping[ProcessIdentity, Collection[int]]
+    ladder: Ladder  # the policy's: which signals go out, and when
     first_wave: tuple[Holder, ...] = ()  # from the warm index, re-checked (`first_wave`): signalled at once
     possibly_signalled: frozenset[ProcessIdentity] = frozenset()  # SIGTERM intents on file never confirmed
     started_wall: float | None = None  # when the drain began (`ActiveDrain.started`): a resumed one keeps it
@@ -141,7 +143,7 @@ class DrainRunner(DrainListener):
                 earlier = earlier_processes(order.on_file, holders, scan_first, self._to_mono)
             plan = DrainPlan(
                 deadline=order.deadline,
-                on_timeout=self.config.on_timeout,
+                ladder=order.ladder,
                 dry_run=self.config.dry_run,
                 already_signalled=order.already_signalled,
                 rescan_interval=RESCAN_INTERVAL,
@@ -173,9 +175,10 @@ class DrainRunner(DrainListener):
 
     def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
         with self.outputs.guarded(Output.LOG):
-            then = "SIGKILL what still holds a device" if self.config.on_timeout == "kill" else "leave them"
-            dry, send = ("[dry run] ", "would send SIGTERM") if self.config.dry_run else ("", "SIGTERM")
-            fresh = sum(signal.SIGTERM not in order.already_signalled.get(h.identity, ()) for h in holders)
+            ask = order.ladder.ask
+            then = order.ladder.then()
+            dry, send = ("[dry run] ", f"would send {ask.name}") if self.config.dry_run else ("", ask.name)
+            fresh = sum(ask.signum not in order.already_signalled.get(h.identity, ()) for h in holders)
             if order.cause in ("resumed", "retry") or order.late:  # the same drain: the unsignalled get one
                 began = f" (started {utc_time(order.started_wall)})" if order.started_wall is not None else ""
                 cause = "reopened" if order.cause not in ("resumed", "retry") else order.cause

@@ -27,8 +27,8 @@ from watchdog.core.drain_record import (
     End,
     ProcessRecord,
     SignalResult,
-    signal_name,
 )
+from watchdog.core.ladder import signal_name
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import ProcessEnd
 from watchdog.core.workload import Workload

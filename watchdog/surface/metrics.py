@@ -17,6 +17,7 @@ from prometheus_client.samples import Sample
 
 from watchdog import __version__
 from watchdog.core.identity import LABELS as HOST_LABELS
+from watchdog.core.ladder import ladder_for
 from watchdog.core.metadata_values import MaintenanceKind
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import FINISHED_OUTCOMES, WATCHED_KEYS, DaemonState, Output, SigtermDisposition
@@ -26,7 +27,7 @@ from watchdog.surface.webhooks import FailureReason
 # The label values, from the enums and keys they show (tests/surface/test_metrics.py holds them to it).
 STATES = tuple(state.value for state in DaemonState)
 MAINTENANCE_VALUES = tuple(kind.value for kind in MaintenanceKind)
-SIGNALS = ("SIGTERM", "SIGKILL")
+SIGNALS = tuple(step.name for step in ladder_for("kill").steps)  # the signals a drain sends, in order
 OUTCOMES = tuple(outcome.value for outcome in FINISHED_OUTCOMES)
 ENDPOINTS = tuple(key.source for key in WATCHED_KEYS)
 DISPOSITIONS = tuple(disposition.value for disposition in SigtermDisposition)
