@@ -16,13 +16,14 @@ import pytest
 
 from tests.support.readable import readable
 from tests.support.waiting import wait_for
+from tests.support.wakeups import asleep, wakeups
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord, End, ExitStatus, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Outcome
 from watchdog.daemon.drain import DrainListener, run_drain
-from watchdog.host.exits import PidfdExitWaiter
+from watchdog.host.exits import PidfdExitWaiter, Wakeup
 from watchdog.host.procfs import start_time
 from watchdog.host.signals import PidfdSignaller, ProcessHandles
 
@@ -334,3 +335,40 @@ def test_a_wave_of_signals_has_its_intents_written_once_before_the_first_signal(
     assert not early  # every intent was written before any child got its SIGTERM
     assert sorted(kills) == sorted((c.identity, KILL) for c in children)
     assert [r for _, _, r in results[0]] == [SignalResult.SENT] * 3
+
+
+class Turns(Live):
+    """Counts the drain loop's turns: it asks the listener for the deadline once a turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turns = 0
+
+    def deadline(self) -> float | None:
+        self.turns += 1
+        return None
+
+
+def test_with_a_wakeup_the_drain_sleeps_until_due_and_a_cancel_wakes_it(workloads: Workloads) -> None:
+    stubborn = workloads.start("ignore")  # holds the device after its SIGTERM: the drain waits for it
+    scanner, live, wake, cancel = scanner_for(workloads), Turns(), Wakeup(), threading.Event()
+    plan = DrainPlan(grace=600, rescan_interval=600)  # nothing is due for ten minutes
+    records: list[DrainRecord] = []
+    drain = threading.Thread(
+        target=lambda: records.append(
+            run_drain(scanner.scan().holders, plan, scanner=scanner, listener=live, cancel=cancel, wake=wake)
+        ),
+        daemon=True,
+    )
+    drain.start()
+    wait_for(lambda: ("sent", stubborn.identity, TERM) in live.calls, timeout=30, what="the SIGTERM")
+    wait_for(lambda: asleep(drain, in_kernel="poll"), timeout=30, what="the drain asleep in poll")
+    turns = live.turns
+    assert wakeups(drain, over=0.5) == 0  # it polled every 0.1 s (POLL_CAP) before it had a wakeup
+    assert live.turns == turns
+    cancel.set()
+    wake.ring()
+    wait_for(lambda: records, timeout=30, what="the drain to end on the cancel")  # not at its next due time
+    assert records[0].outcome is Outcome.CANCELLED
+    assert stubborn.popen.poll() is None  # cancelled: never killed
+    wake.close()

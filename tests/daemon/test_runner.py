@@ -85,7 +85,7 @@ def test_a_resumed_drain_cancelled_before_its_deadline_signals_nobody(
     stubborn = workloads.start("report")
     runner, done = runner_for(workloads, state_dir)
     runner.start(order(60.0, already={stubborn.identity: {signal.SIGTERM}}))
-    runner.cancel.set()  # the first metadata answer says the event cleared while the daemon was down
+    runner.cancel_drain()  # the first metadata answer says the event cleared while the daemon was down
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.CANCELLED

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.waiting import wait_for
+from tests.support.wakeups import asleep
 from tests.support.workloads import Workloads
 from watchdog.core.drain_record import ExitStatus, SignalResult
 from watchdog.core.process import ProcessIdentity
-from watchdog.host.exits import PidfdExitWaiter
+from watchdog.host.exits import PidfdExitWaiter, Wakeup
 from watchdog.host.procfs import start_time
 from watchdog.host.signals import ProcessHandles
 
@@ -134,3 +136,27 @@ def test_wait_returns_at_the_exit_not_at_the_timeout(workloads: Workloads, waite
     while not exited:
         exited = waiter.wait(30.0)
     assert time.monotonic() - began < 10  # far below the 30 s timeout: woken by the exit itself
+
+
+def test_a_wakeup_ends_the_wait_at_once_and_a_ring_before_the_wait_is_kept(workloads: Workloads) -> None:
+    wake = Wakeup()
+    with ProcessHandles() as handles:
+        waiter = PidfdExitWaiter(handles, wake=wake)
+        child = workloads.start("ignore")
+        assert waiter.watch(child.identity) is None
+        wake.ring()  # before the wait: kept until the waiter wakes
+        done: list[object] = []
+        thread = threading.Thread(target=lambda: done.append(waiter.wait(600.0)), daemon=True)
+        thread.start()
+        wait_for(lambda: done, timeout=20, what="the wait to end on the ring")  # not in 600 s
+        assert done == [[]]  # woken, nobody exited
+        done.clear()
+        thread = threading.Thread(target=lambda: done.append(waiter.wait(600.0)), daemon=True)
+        thread.start()
+        wait_for(lambda: asleep(thread, in_kernel="poll"), timeout=20, what="the waiter asleep in poll")
+        assert not done  # the ring was taken: this wait sleeps
+        wake.ring()  # from another thread, during the wait
+        wait_for(lambda: done, timeout=20, what="the wait to end on the second ring")
+        child.popen.kill()
+        assert wait_exit(waiter, child.identity) == "killed by SIGKILL"  # exits still seen
+    wake.close()

@@ -200,8 +200,15 @@ def run(args: argparse.Namespace) -> int:
         out.write("not confirmed: nothing was signalled\n")
         return EXIT_DRILL_DECLINED
 
-    cancel = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    from watchdog.host.exits import Wakeup
+
+    cancel, wake = threading.Event(), Wakeup()
+
+    def on_interrupt(*_: object) -> None:
+        cancel.set()
+        wake.ring()  # the drain sleeps in poll(2) until its next due time: this ends the sleep
+
+    signal.signal(signal.SIGINT, on_interrupt)
     latest: list[DrainRecord] = []  # the last published copy only (one is published every 0.1 s)
     finished = threading.Event()
     started = time.monotonic()
@@ -225,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
 
     ticker = threading.Thread(target=countdown, name="countdown", daemon=True)
     ticker.start()
-    record = drill.drain(holders, Progress(), cancel)
+    record = drill.drain(holders, Progress(), cancel, wake)
     finished.set()
     ticker.join(timeout=2)
     entry = drill_entry(record)

@@ -33,6 +33,7 @@ from watchdog.daemon.profile import host_profile, say_profile
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.sighup import ReloadRequests
 from watchdog.host.devices import SYS
+from watchdog.host.exits import Wakeup
 from watchdog.host.holders import HolderScanner, scanner_for
 from watchdog.host.nvml import GpuProcesses, Nvml
 from watchdog.metadata.backoff import WatchBackoff
@@ -182,9 +183,12 @@ class Drill:
     plan: DrainPlan
 
     def drain(
-        self, holders: Sequence[Holder], listener: DrainListener, cancel: threading.Event
+        self, holders: Sequence[Holder], listener: DrainListener, cancel: threading.Event, wake: Wakeup
     ) -> DrainRecord:
-        return run_drain(holders, self.plan, scanner=self.scanner, listener=listener, cancel=cancel)
+        """`wake`: rung with `cancel` (Ctrl-C), so the drain's wait ends at once."""
+        return run_drain(
+            holders, self.plan, scanner=self.scanner, listener=listener, cancel=cancel, wake=wake
+        )
 
 
 def build_drill(config: Config, wiring: Wiring | None = None) -> Drill:

@@ -4,10 +4,11 @@ deadline, then SIGKILL the rest).
 The loop at the edge around the pure `DrainCore`: it reads the injected clock, runs the scanner, sends
 through the signaller, and waits on the exit waiter (poll(2) on pidfds, so an exit is noticed as it happens).
 
-Cancellation (`cancel`: the event went away; `stop`: the daemon is shutting down) is noticed by bounding each
-poll to `POLL_CAP` (0.1 s) rather than with a wakeup fd: a `threading.Event` has no fd, and giving it one
-would need either every setter to know about the drain or a helper thread per drain. A drain is rare and
-short, so ten idle wakeups a second cost nothing, and both events are noticed within ~0.1 s.
+Between its own due times (a rescan, the deadline, the end of the kill wait) the drain sleeps in poll(2) on
+the pidfds and on `wake`, which whoever changes what the drain reads (`cancel`: the event went away;
+`stop`: the daemon is shutting down; the listener's deadline and admission) rings: the drain wakes at the
+change, and never in between. A caller without a `wake` (a test's own exit waiter) gets each wait bounded
+to `POLL_CAP` instead, so cancel and stop are still seen within 0.1 s.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from watchdog.core.drain import DrainCore, DrainPlan, SendSignal
 from watchdog.core.drain_record import DrainRecord, ExitStatus, SignalResult
 from watchdog.core.ladder import At
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.host.exits import PidfdExitWaiter
+from watchdog.host.exits import PidfdExitWaiter, Wakeup
 from watchdog.host.signals import DryRunSignaller, PidfdSignaller, ProcessHandles
 
 __all__ = [
@@ -35,7 +36,7 @@ __all__ = [
     "run_drain",
 ]
 
-POLL_CAP = 0.1  # longest wait between looks at cancel/stop (see the module docstring)
+POLL_CAP = 0.1  # without a `wake`: the longest wait between looks at cancel/stop (module docstring)
 PUBLISH_INTERVAL = 0.1  # on_update at most this often while the drain runs (and once at the end)
 
 
@@ -108,10 +109,14 @@ def run_drain(
     signaller: Signaller | None = None,
     exits: ExitWaiter | None = None,
     proc_root: str = "/proc",
+    wake: Wakeup | None = None,
 ) -> DrainRecord:
     """Drain `holders` (a fresh scan) as `plan` says and return the record. `cancel`: the event went away;
-    `stop`: the daemon is stopping. Signaller and exit waiter default to pidfd ones sharing one
-    `ProcessHandles`, closed at the end."""
+    `stop`: the daemon is stopping; `wake`: rung when either is set or the listener's answers change (it
+    ends the drain's wait at once; without it each wait is bounded to POLL_CAP). Signaller and exit waiter
+    default to pidfd ones sharing one `ProcessHandles`, closed at the end; the exit waiter polls `wake`."""
+    if wake is not None and exits is not None:
+        raise ValueError("wake needs the drain's own exit waiter (exits=None): yours polls its own fds")
     if signaller is not None and plan.dry_run and not signaller.dry_run:
         raise ValueError("dry_run=True needs a dry-run signaller: refusing to send real signals")
     clock = clock or SystemClock()
@@ -122,11 +127,11 @@ def run_drain(
     if signaller is None or exits is None:
         owned = ProcessHandles(proc_root)
         signaller = signaller or (DryRunSignaller(owned) if plan.dry_run else PidfdSignaller(owned))
-        exits = exits or PidfdExitWaiter(owned)
+        exits = exits or PidfdExitWaiter(owned, wake=wake)
     if signaller.dry_run and not plan.dry_run:
         plan = dataclasses.replace(plan, dry_run=True)  # a signaller that sends nothing: the record says so
     core = DrainCore(holders, plan, now=clock.monotonic(), now_wall=clock.wall())
-    loop = _Loop(core, scanner, signaller, exits, clock, listener)
+    loop = _Loop(core, scanner, signaller, exits, clock, listener, cap=None if wake is not None else POLL_CAP)
     try:
         loop.run(core.start(loop.admits_newcomers()), cancel, stop)
     finally:
@@ -148,9 +153,11 @@ class _Loop:
         exits: ExitWaiter,
         clock: Clock,
         listener: DrainListener,
+        cap: float | None,
     ) -> None:
+        """`cap`: the longest wait (None: until the next due time; `wake` ends it sooner)."""
         self.core, self.scanner, self.signaller, self.exits = core, scanner, signaller, exits
-        self.clock, self.listener = clock, listener
+        self.clock, self.listener, self.cap = clock, listener, cap
         self.dirty, self.published = True, float("-inf")
 
     def admits_newcomers(self) -> bool:
@@ -174,13 +181,22 @@ class _Loop:
             elif core.wants_scan(self.clock.monotonic()):
                 self.act(self.rescan(), cancel, stop)
             else:
-                exited = self.exits.wait(min(core.timeout(self.clock.monotonic()), POLL_CAP))
+                exited = self.exits.wait(self.wait_for())
                 for identity, status in exited:
                     core.observe_exit(identity, status, self.clock.monotonic())
                 core.observe_time(self.clock.monotonic())
                 self.dirty = self.dirty or bool(exited) or core.done
             self.publish()
         self.publish(final=True)
+
+    def wait_for(self) -> float:
+        """How long to sleep: until the drain's next due time or, with changes not yet published, the next
+        publication (at most `cap`). A change from outside rings `wake` and ends the sleep sooner."""
+        now = self.clock.monotonic()
+        timeout = self.core.timeout(now)
+        if self.dirty:
+            timeout = min(timeout, max(0.0, self.published + PUBLISH_INTERVAL - now))
+        return timeout if self.cap is None else min(timeout, self.cap)
 
     def rescan(self) -> list[SendSignal]:
         """Scan; a pending process missing from the scan but running has released the device."""

@@ -352,9 +352,9 @@ class Daemon:
             if isinstance(action, StartDrain):
                 self._start_drain(action.event.source, action.deadline, resume=action.late)
             elif isinstance(action, MoveDeadline):
-                self.runner.deadline_mono = self._to_mono(action.deadline)
+                self.runner.move_deadline(self._to_mono(action.deadline))
             elif isinstance(action, CancelDrain):
-                self.runner.cancel.set()
+                self.runner.cancel_drain()
         self._changed()
         for action in actions:
             self.announce.action(action, self.lifecycle)
@@ -490,6 +490,7 @@ class Daemon:
 
     def _wake_on_stop(self) -> None:
         self.stop.wait()
+        self.runner.wakeup.ring()  # a drain in progress returns "interrupted" at once
         self.inbox.put(None)
 
     def _wedge_if_asked(self) -> None:

@@ -37,6 +37,7 @@ from watchdog.core.vocabulary import DaemonState, Output
 from watchdog.daemon.drain import DrainListener, Scanner, run_drain
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
+from watchdog.host.exits import Wakeup
 from watchdog.host.procfs import start_time
 from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
@@ -70,8 +71,10 @@ class DrainOrder:
 
 
 class DrainRunner(DrainListener):
-    """Starts drains and carries their listener's calls. `deadline` and `admit` are set by the loop
-    thread and read by the drain thread: each is replaced whole, never mutated."""
+    """Starts drains and carries their listener's calls. What the drain thread reads (its deadline, whether
+    it may signal newcomers, whether it is cancelled) the loop thread changes only through `move_deadline`,
+    `admit` and `cancel_drain`, each of which rings the drain's `wakeup`: the drain sees the change at once
+    and never polls for it. Each value is replaced whole, never mutated."""
 
     def __init__(
         self,
@@ -97,7 +100,8 @@ class DrainRunner(DrainListener):
         self.persisted = threading.Event()  # set once the current drain's own state is on disk
         self.thread: threading.Thread | None = None
         self.deadline_mono = 0.0
-        self.admit = True
+        self._admit = True
+        self.wakeup = Wakeup()  # one for the daemon's life: a drain polls it with its pidfds
         self.indexed: Callable[[], Sequence[Holder]] = tuple  # the warm holder index; the loop sets it
         # The PIDs the index has seen, and the last PID allocated before its scan (None: unknown); likewise.
         self.known_pids: Callable[[], tuple[Collection[int], int | None]] = lambda: (frozenset(), None)
@@ -106,6 +110,26 @@ class DrainRunner(DrainListener):
     @property
     def running(self) -> bool:
         return self.thread is not None
+
+    @property
+    def admit(self) -> bool:
+        return self._admit
+
+    @admit.setter
+    def admit(self, admit: bool) -> None:
+        if admit != self._admit:
+            self._admit = admit
+            self.wakeup.ring()
+
+    def move_deadline(self, deadline: float) -> None:
+        """The drain's deadline now (monotonic); the drain takes it only if earlier (`DrainCore`)."""
+        self.deadline_mono = deadline
+        self.wakeup.ring()
+
+    def cancel_drain(self) -> None:
+        """The event went away: the drain stops, and nothing is SIGKILLed from now on."""
+        self.cancel.set()
+        self.wakeup.ring()
 
     def start(self, order: DrainOrder) -> None:
         """Run `order` in a new thread; `done(record)` when it ends (`done(None)`: the attempt failed)."""
@@ -156,7 +180,7 @@ class DrainRunner(DrainListener):
             )
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
-                clock=self.clock,
+                clock=self.clock, wake=self.wakeup,
             )  # fmt: skip
         except Exception:  # reported to the loop, which starts the drain again
             with self.outputs.guarded(Output.LOG):
@@ -304,7 +328,7 @@ class DrainRunner(DrainListener):
         return self.deadline_mono
 
     def admits_newcomers(self) -> bool:
-        return self.admit
+        return self._admit
 
 
 def earlier_processes(

@@ -1,12 +1,16 @@
 """Noticing exits as they happen: poll(2) on the pidfds of the watched processes (readable once the process
 has exited), so the drain wakes at the exit itself, not at the next tick of a sleep loop.
 
+Another thread ends a wait at once by ringing a `Wakeup` (an eventfd polled with the pidfds): what a drain
+must react to (the event went away, the deadline moved, the daemon is stopping) wakes it, with no polling.
+
 Also answers the two questions around an exit: is a process still running (not exited, not in the middle
 of exiting — that is how "released the device" is told from "exiting"), and how did it end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import select
@@ -45,16 +49,41 @@ def exit_status(handle: Handle, proc_root: str = PROC) -> ExitStatus:
     return UNKNOWN_EXIT
 
 
-class PidfdExitWaiter:
-    """Waits for watched processes to exit. Processes without a pidfd (fallback) are re-checked every
-    `fallback_interval` s instead."""
+class Wakeup:
+    """Ends a waiter's wait from another thread (or a signal handler): `ring()` makes the eventfd readable
+    until the waiter has woken. A ring before the wait is kept, so none is lost between a look at what
+    changed and the wait."""
 
-    def __init__(self, handles: ProcessHandles, *, fallback_interval: float = 0.02) -> None:
+    def __init__(self) -> None:
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def ring(self) -> None:
+        with contextlib.suppress(OSError):  # closed (the daemon is going), or full: rung either way
+            os.eventfd_write(self.fd, 1)
+
+    def clear(self) -> None:
+        with contextlib.suppress(OSError):  # not rung (EAGAIN), or closed
+            os.eventfd_read(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class PidfdExitWaiter:
+    """Waits for watched processes to exit, or for `wake` to be rung. Processes without a pidfd (fallback)
+    are re-checked every `fallback_interval` s instead."""
+
+    def __init__(
+        self, handles: ProcessHandles, *, fallback_interval: float = 0.02, wake: Wakeup | None = None
+    ) -> None:
         self.handles = handles
         self._fallback_interval = fallback_interval
         self._poll = select.poll()
         self._by_fd: dict[int, ProcessIdentity] = {}
         self._without_fd: set[ProcessIdentity] = set()
+        self._wake = wake
+        if wake is not None:
+            self._poll.register(wake.fd, select.POLLIN)
 
     def watch(self, identity: ProcessIdentity) -> SignalResult | None:
         """Start watching; None if watching, GONE / IDENTITY_CHANGED if the process is already gone."""
@@ -72,10 +101,13 @@ class PidfdExitWaiter:
         return set(self._by_fd.values()) | self._without_fd
 
     def wait(self, timeout: float) -> list[tuple[ProcessIdentity, ExitStatus]]:
-        """Block until a watched process exits or `timeout` s pass; the exits seen, with how each ended."""
+        """Block until a watched process exits, `wake` is rung or `timeout` s pass; the exits seen, with how
+        each ended (none, when woken)."""
         if self._without_fd:
             timeout = min(timeout, self._fallback_interval)
         ready = self._poll.poll(max(0, math.ceil(timeout * 1000)))
+        if self._wake is not None and any(fd == self._wake.fd for fd, _ in ready):
+            self._wake.clear()
         exited = [self._by_fd[fd] for fd, _ in ready if fd in self._by_fd]
         exited += [i for i in self._without_fd if not self._alive(i)]
         results = []
