@@ -15,10 +15,11 @@ from tests.support.workloads import Workloads
 from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
 from watchdog.core.ladder import ladder_for
-from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle
-from watchdog.daemon.announce import Announcer
+from watchdog.core.lifecycle import ActiveDrain, Event, EventStarted, Lifecycle
+from watchdog.daemon.announce import LogLines
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.outputs import Outputs
+from watchdog.daemon.telling import DeadlineGauge, SiteHooks, Telling
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
@@ -90,10 +91,13 @@ def test_an_event_with_a_deadline_past_year_9999_is_announced_not_raised(
     config = default_config()
     metrics = Metrics()
     notices = Notices(None, dict, SystemClock(), dry_run=False)
-    hooks, ladder = HookRunner.from_config(config), ladder_for(config.on_timeout)
-    announce = Announcer(config, hooks, notices, metrics, Outputs(metrics), ladder)
+    subscribers = [
+        DeadlineGauge(metrics), LogLines(ladder_for(config.on_timeout), config.dry_run), notices,
+        SiteHooks(HookRunner.from_config(config), config.dry_run),
+    ]  # fmt: skip
+    telling = Telling(Outputs(metrics), Lifecycle(), subscribers)
     far = Event("e1", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 1.0e9, deadline=1.0e12)
-    announce.event_started(far, far.deadline)
+    telling.tell(EventStarted(far))
     (started,) = said(caplog, "event_started")
     assert "deadline 9999-12-31T23:59:59.999Z" in started.getMessage()
     assert metrics.registry.get_sample_value("tpu_watchdog_output_errors_total", {"output": "log"}) == 0

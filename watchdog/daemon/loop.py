@@ -1,8 +1,10 @@
 """The daemon: the metadata watches feed one event loop; the loop owns the lifecycle and starts drains.
 
 Signal first, then tell: each step acts (hands a drain to its thread, moves a deadline, cancels), writes
-the state file (all a drain's first signal waits for), and only then tells (log lines, webhooks, hooks,
-metrics, history, sd_notify), each guarded by `Outputs`, so no output can delay or stop a signal.
+the state file (all a drain's first signal waits for), and only then tells: it emits the moment
+(`core/moments.py`) to the outputs that subscribe (`daemon/telling.py`: log lines, webhooks, hooks, the
+deadline gauge), and updates the history, metrics and sd_notify, each guarded by `Outputs`, so no output
+can delay or stop a signal.
 
 Threads: one per watched key (hanging GETs), one for a running drain, the holder index, the HTTP listener,
 hook runners. Only the loop thread changes the lifecycle; the others talk to it through `self.inbox`, which
@@ -38,9 +40,19 @@ from watchdog.core.lifecycle import (
     StartDrain,
     joined_outcome,
 )
+from watchdog.core.moments import (
+    RESUMED,
+    RETRY,
+    DaemonStarted,
+    DrainEnded,
+    DrainProgress,
+    DrainResumed,
+    DrainStarted,
+    moment_of,
+)
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
-from watchdog.daemon.announce import PROGRESS_INTERVAL, Announcer
+from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
 from watchdog.daemon.departures import Departures
 from watchdog.daemon.devices import DeviceWatch
 from watchdog.daemon.drain import Scanner
@@ -55,6 +67,7 @@ from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
 from watchdog.daemon.sighup import ReloadAsked
+from watchdog.daemon.telling import DeadlineGauge, SiteHooks, Telling
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.host.devices import DeviceSet
@@ -141,7 +154,10 @@ class Daemon:
             lambda: self.view.values, self.lifecycle, lambda: self.policy, self.outputs
         )
         self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
-        self.announce = Announcer(config, hooks, self.notices, metrics, self.outputs, self.policy.ladder)
+        self.telling = Telling(self.outputs, self.lifecycle, [
+            DeadlineGauge(metrics), LogLines(self.policy.ladder, config.dry_run), self.notices,
+            SiteHooks(hooks, config.dry_run),
+        ])  # fmt: skip
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
@@ -187,7 +203,7 @@ class Daemon:
                 target=learn_identity, args=(self._identity, self._identity_learned, self.stop),
                 kwargs={"outputs": self.outputs}, name="host-identity", daemon=True,
             ).start()  # fmt: skip
-        self.announce.daemon_started(self.lifecycle.state.value, self.devices.patterns)
+        self.telling.tell(DaemonStarted(self.lifecycle.state.value, tuple(self.devices.patterns)))
         self._guarded(self.devices.check, self.clock.monotonic())  # at start: what is watched, or nothing
         while not self.stop.is_set():
             self.view.loop_ticked()
@@ -317,7 +333,9 @@ class Daemon:
         drain = self.lifecycle.drain
         if self.runner.running and drain is not None and now >= self._next_progress:
             self._next_progress = now + self.progress_interval
-            self.announce.progress(self.view.record, drain.deadline, drain.drain_id, self.clock.wall())
+            self.telling.tell(
+                DrainProgress(self.view.record, drain.deadline, drain.drain_id, self.clock.wall())
+            )
 
     def _departures(self, now: float) -> None:
         self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view)
@@ -357,7 +375,7 @@ class Daemon:
                 self.runner.cancel_drain()
         self._changed()
         for action in actions:
-            self.announce.action(action, self.lifecycle)
+            self.telling.tell(moment_of(action))
 
     def _changed(self) -> None:
         """Persist, then show: the state file first, so a crash right now loses nothing (the drain may
@@ -390,15 +408,15 @@ class Daemon:
                 self._apply(waiting)
                 return
         if active is not None:
-            self._start_drain("resumed", active.deadline, resume=True)
+            self._start_drain(RESUMED, active.deadline, resume=True)
         self._changed()
         if active is not None:
-            self.announce.resumed(active, self.clock.wall())
-            self.announce.drain_started(self.lifecycle, active.deadline, "resumed")
+            self.telling.tell(DrainResumed(active, self.clock.wall()))
+            self.telling.tell(DrainStarted(RESUMED, active.deadline))
 
     def _start_drain(self, cause: str, deadline: float, resume: bool) -> None:
         """Run the lifecycle's current drain. `resume` (or a late-arrival drain): the signals of this
-        event's earlier drains, on file, still count. Tells nothing: `announce` does, after."""
+        event's earlier drains, on file, still count. Tells nothing: the `DrainStarted` moment does, after."""
         self._refresh_admission()
         already: dict[ProcessIdentity, dict[int, float]] = {}  # each signal and when it went (the file's)
         active = self.lifecycle.drain
@@ -434,7 +452,7 @@ class Daemon:
         self.index.refresh_soon()
         if record is None:
             if self.lifecycle.drain is not None and not self.stop.is_set():
-                self._start_drain("retry", self.lifecycle.drain.deadline, resume=True)
+                self._start_drain(RETRY, self.lifecycle.drain.deadline, resume=True)
                 # Nothing changed since the failed attempt: its state is on disk already, so the retry's
                 # first signal must not wait PERSIST_WAIT for a write that is not coming (the drain writes
                 # its first wave's intents, as every later wave's).
@@ -458,7 +476,7 @@ class Daemon:
             self._apply(waiting)  # an event that started while this drain was being cancelled
         else:
             self._changed()
-        self.announce.drain_finished(record, event, drain_id, state, deadline)  # after: a new drain first
+        self.telling.tell(DrainEnded(record, event, drain_id, state, deadline))  # after: a new drain first
 
     def _deadline(self) -> float | None:
         return self.lifecycle.drain.deadline if self.lifecycle.drain else None

@@ -1,6 +1,6 @@
-"""What the daemon tells the site's webhooks: a notice at each moment of an event (event_started at
-detection, queued before drain_started, both once the drain is handed to its thread; drain_finished with
-the outcome and each process; event_cleared).
+"""What the daemon tells the site's webhooks (their subscriber of the moments, `Notices.told`): a notice at
+each moment of an event (event_started at detection, queued before drain_started, both once the drain is
+handed to its thread; drain_finished with the outcome and each process; event_cleared).
 
 Every body has `type`, `time` (RFC 3339 UTC), `host`, `event` {key, value, id} and `text`, one line for
 people, so a Slack or Google Chat incoming webhook shows it as it is; a generic receiver reads the rest.
@@ -15,7 +15,6 @@ body's `time` orders them.
 
 from __future__ import annotations
 
-import signal
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -23,8 +22,10 @@ from collections.abc import Callable, Mapping
 from watchdog.core.clock import Clock, time_left, utc_time
 from watchdog.core.drain_record import DrainRecord, ProcessRecord, SignalResult
 from watchdog.core.identity import host_fields
-from watchdog.core.lifecycle import Event
-from watchdog.core.vocabulary import WatchedKey
+from watchdog.core.ladder import signal_name
+from watchdog.core.lifecycle import Event, EventCleared, EventStarted, Lifecycle
+from watchdog.core.moments import RESUMED, RETRY, DrainEnded, DrainStarted, Moment
+from watchdog.core.vocabulary import Output, WatchedKey
 from watchdog.surface.webhooks import WebhookSender
 
 RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (4 tries: 7 s of backoff)
@@ -64,6 +65,22 @@ class Notices:
     def webhooks(self) -> list[dict[str, object]]:
         """/status `webhooks`: the sender in use, each URL redacted."""
         return [] if self.sender is None else self.sender.status()
+
+    output = Output.WEBHOOKS
+
+    def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
+        """The webhook subscriber (`daemon/telling.py`): an event's start and end, a drain's start (not a
+        retried attempt's: the same drain, told already) and its end."""
+        if isinstance(moment, EventStarted):
+            self.event_started(moment.event)
+        elif isinstance(moment, EventCleared):
+            self.event_cleared(moment.event)
+        elif isinstance(moment, DrainStarted) and moment.cause != RETRY and lifecycle.drain is not None:
+            active = lifecycle.drain
+            self.drain_started(lifecycle.drain_event(), moment.deadline, active.drain_id,
+                               resumed=moment.cause == RESUMED, late=active.late)  # fmt: skip
+        elif isinstance(moment, DrainEnded):
+            self.drain_finished(moment.event, moment.record, moment.drain_id)
 
     def event_started(self, event: Event) -> None:
         deadline = f"; deadline {_hms(event.deadline)}" if event.deadline is not None else ""
@@ -136,7 +153,7 @@ def process_summary(p: ProcessRecord, dry_run: bool = False) -> dict[str, object
     words and types (`end` a `ProcessEnd`, `exit_status` the exit code, `exit_signal` the killing signal).
     """
     status = p.exit_status
-    sent = [signal.Signals(s.signum).name for s in p.signals if s.result is SignalResult.SENT]
+    sent = [signal_name(s.signum) for s in p.signals if s.result is SignalResult.SENT]
     return {
         "pid": p.identity.pid,
         "name": p.name,

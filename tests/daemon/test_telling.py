@@ -1,0 +1,86 @@
+"""Outputs subscribe: every moment reaches every subscriber in order, and one that fails is counted and
+stops neither the next subscriber nor the caller."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog.core.drain_record import DrainRecord
+from watchdog.core.lifecycle import CancelDrain, Event, EventStarted, Lifecycle, MoveDeadline, StartDrain
+from watchdog.core.moments import DrainEnded, DrainStarted, Moment, moment_of
+from watchdog.core.vocabulary import Outcome, Output
+from watchdog.daemon.outputs import Outputs
+from watchdog.daemon.telling import DeadlineGauge, SiteHooks, Telling
+from watchdog.surface.hooks import HookContext, HookRunner
+from watchdog.surface.metrics import Metrics
+
+EVENT = Event("e1", "preempted", "TRUE", 1.8e9, deadline=1.8e9 + 25)
+
+
+class Heard:
+    def __init__(self, output: Output, heard: list[tuple[str, Moment]], fails: bool = False) -> None:
+        self.output, self.heard, self.fails = output, heard, fails
+
+    def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
+        self.heard.append((self.output.value, moment))
+        if self.fails:
+            raise OSError("the journal is gone")
+
+
+def errors(metrics: Metrics, output: Output) -> float | None:
+    return metrics.registry.get_sample_value("tpu_watchdog_output_errors_total", {"output": output.value})
+
+
+def test_each_moment_reaches_every_subscriber_in_order_past_one_that_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics, heard = Metrics(), []
+    subscribers = [
+        Heard(Output.METRICS, heard),
+        Heard(Output.LOG, heard, fails=True),
+        Heard(Output.HOOKS, heard),
+    ]
+    telling = Telling(Outputs(metrics), Lifecycle(), subscribers)
+    moments: list[Moment] = [EventStarted(EVENT), CancelDrain("the event cleared")]
+    for moment in moments:
+        telling.tell(moment)  # never raises
+    assert heard == [(o, m) for m in moments for o in ("metrics", "log", "hooks")]
+    assert errors(metrics, Output.LOG) == 2
+    assert errors(metrics, Output.HOOKS) == 0
+
+
+def test_a_started_drain_is_told_as_its_cause_and_deadline() -> None:
+    start = StartDrain(EVENT, started=1.8e9, deadline=1.8e9 + 25)
+    assert moment_of(start) == DrainStarted("preempted", 1.8e9 + 25)
+    assert moment_of(CancelDrain("x")) == CancelDrain("x")  # the lifecycle's other actions, as they are
+
+
+def test_the_deadline_gauge_follows_the_drain_and_its_moves() -> None:
+    metrics = Metrics()
+    gauge = DeadlineGauge(metrics)
+    gauge.told(DrainStarted("preempted", 2000.0), Lifecycle())
+    assert metrics.registry.get_sample_value("tpu_watchdog_drain_deadline_timestamp_seconds") == 2000.0
+    gauge.told(MoveDeadline(1990.0, EVENT), Lifecycle())
+    assert metrics.registry.get_sample_value("tpu_watchdog_drain_deadline_timestamp_seconds") == 1990.0
+
+
+class Hooks(HookRunner):
+    def __init__(self) -> None:
+        super().__init__({}, 1.0)
+        self.ran: list[tuple[str, HookContext]] = []
+
+    def run_hook(self, hook: str, context: HookContext) -> None:  # type: ignore[override]
+        self.ran.append((hook, context))
+
+
+def test_the_site_hooks_get_the_event_and_at_a_drains_end_its_outcome() -> None:
+    hooks = Hooks()
+    site = SiteHooks(hooks, dry_run=True)
+    site.told(EventStarted(EVENT), Lifecycle())
+    record = DrainRecord(0.0, 1.8e9, 25.0, "kill", dry_run=True, outcome=Outcome.EXITED)
+    site.told(DrainEnded(record, EVENT, "d1", "drained", None), Lifecycle())
+    site.told(DrainStarted("preempted", 1.0), Lifecycle())  # no hook for a drain's start
+    assert [(name, c.event_source, c.outcome, c.dry_run) for name, c in hooks.ran] == [
+        ("on_event_start", "preempted", "", True),
+        ("on_drain_end", "preempted", "exited", True),
+    ]

@@ -1,0 +1,89 @@
+"""The moments of the daemon's story, as data: what the loop tells every output once it has acted.
+
+The loop acts (hands a drain over, moves a deadline, cancels), writes the state file, and only then emits
+the moment. Each output (the log, the deadline gauge, the webhooks, the site hooks: `daemon/telling.py`)
+subscribes and says it in its own form, so a moment is defined once here and told by each output alone.
+The lifecycle's own actions (`EventStarted`, `MoveDeadline`, `CancelDrain`, `EventCleared`) are moments as
+they are; a `StartDrain` is told as the `DrainStarted` it became. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from watchdog.core.drain_record import DrainRecord
+from watchdog.core.lifecycle import (
+    Action,
+    ActiveDrain,
+    CancelDrain,
+    Event,
+    EventCleared,
+    EventStarted,
+    MoveDeadline,
+    StartDrain,
+)
+
+RETRY, RESUMED = "retry", "resumed"  # the causes of a drain that no event started just now
+
+
+@dataclass(frozen=True)
+class DaemonStarted:
+    state: str  # the lifecycle's state as restored
+    patterns: tuple[str, ...]  # the device globs it watches
+
+
+@dataclass(frozen=True)
+class DrainResumed:
+    """A drain on file goes on after a restart, with its deadline."""
+
+    drain: ActiveDrain
+    now: float  # wall clock
+
+
+@dataclass(frozen=True)
+class DrainStarted:
+    """The lifecycle's drain was handed over: `cause` is the source of the event it serves, RESUMED (after a
+    restart) or RETRY (a failed attempt, started again: the same drain, already told)."""
+
+    cause: str
+    deadline: float  # wall clock
+
+
+@dataclass(frozen=True)
+class DrainProgress:
+    """A drain in progress, every PROGRESS_INTERVAL: so a long grace is never silent."""
+
+    record: DrainRecord | None  # the latest published copy (None: none yet)
+    deadline: float  # wall clock
+    drain_id: str
+    now: float  # wall clock
+
+
+@dataclass(frozen=True)
+class DrainEnded:
+    record: DrainRecord  # its outcome set (a reopened drain's joined one)
+    event: Event | None  # the event it served
+    drain_id: str
+    state: str  # the lifecycle's state after it
+    deadline: float | None  # the lifecycle's drain deadline after it (a new drain's), for the hook
+
+
+Moment: TypeAlias = (
+    DaemonStarted
+    | DrainResumed
+    | EventStarted
+    | DrainStarted
+    | MoveDeadline
+    | CancelDrain
+    | EventCleared
+    | DrainProgress
+    | DrainEnded
+)
+
+
+def moment_of(action: Action) -> Moment:
+    """How the loop tells an action of the lifecycle it has carried out."""
+    if isinstance(action, StartDrain):
+        return DrainStarted(action.event.source, action.deadline)
+    return action
