@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,11 @@ from tests.support.daemon_harness import PREEMPTED, DaemonHarness
 from tests.support.workloads import Workloads
 from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
+from watchdog.core.drain_record import SignalResult
 from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import ActiveDrain, Event, EventStarted, Lifecycle
+from watchdog.core.moments import ProcessSignalled
+from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.announce import LogLines
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.outputs import Outputs
@@ -101,3 +105,19 @@ def test_an_event_with_a_deadline_past_year_9999_is_announced_not_raised(
     (started,) = said(caplog, "event_started")
     assert "deadline 9999-12-31T23:59:59.999Z" in started.getMessage()
     assert metrics.registry.get_sample_value("tpu_watchdog_output_errors_total", {"output": "log"}) == 0
+
+
+def test_a_signal_is_one_line_naming_the_process_and_a_dry_run_says_nothing_was_sent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lines = LogLines(ladder_for("kill"), dry_run=False)
+    who = ProcessIdentity(4242, 77)
+    sent = ProcessSignalled(who, "train", 15, SignalResult.SENT, "d1", ("e1",), True, None, dry_run=False)
+    lines.told(sent, Lifecycle())
+    lines.told(replace(sent, dry_run=True), Lifecycle())
+    first, dry = said(caplog, "signal_sent")
+    assert first.getMessage() == "SIGTERM to pid 4242 (train, start time 77, late arrival): sent"
+    assert (
+        dry.getMessage()
+        == "[dry run] would send SIGTERM to pid 4242 (train, start time 77, late arrival): not sent"
+    )

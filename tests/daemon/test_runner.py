@@ -14,8 +14,10 @@ from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
 from watchdog.core.drain_record import DrainRecord, Outcome
 from watchdog.core.ladder import ladder_for
+from watchdog.core.lifecycle import Lifecycle
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.runner import DrainOrder, DrainRunner
+from watchdog.daemon.telling import SignalCounter, Telling
 from watchdog.host.holders import ScanResult
 from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
@@ -31,7 +33,7 @@ def runner_for(
     runner = DrainRunner(
         config, scanner=OwnScanner(workloads), store=store, metrics=metrics, clock=SystemClock(),
         stop=threading.Event(), done=done.put, published=lambda _: None, persistence_changed=lambda: None,
-        outputs=Outputs(metrics),
+        outputs=Outputs(metrics), tell=Telling(Outputs(metrics), Lifecycle(), [SignalCounter(metrics)]).tell,
     )  # fmt: skip
     runner.persisted.set()
     return runner, done

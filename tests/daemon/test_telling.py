@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.core.drain_record import DrainRecord
+from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.lifecycle import CancelDrain, Event, EventStarted, Lifecycle, MoveDeadline, StartDrain
-from watchdog.core.moments import DrainEnded, DrainStarted, Moment, moment_of
+from watchdog.core.moments import DrainEnded, DrainStarted, Moment, ProcessSignalled, moment_of
+from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, Output
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.telling import DeadlineGauge, SiteHooks, Telling
+from watchdog.daemon.telling import DeadlineGauge, SignalCounter, SiteHooks, Telling
 from watchdog.surface.hooks import HookContext, HookRunner
 from watchdog.surface.metrics import Metrics
 
@@ -84,3 +85,19 @@ def test_the_site_hooks_get_the_event_and_at_a_drains_end_its_outcome() -> None:
         ("on_event_start", "preempted", "", True),
         ("on_drain_end", "preempted", "exited", True),
     ]
+
+
+def test_each_signal_sent_is_counted_and_a_dry_runs_is_not() -> None:
+    metrics = Metrics()
+    counter = SignalCounter(metrics)
+    who = ProcessIdentity(4242, 7)
+    for result, dry_run in [
+        (SignalResult.SENT, False),
+        (SignalResult.GONE, False),
+        (SignalResult.SENT, True),
+    ]:
+        counter.told(
+            ProcessSignalled(who, "train", 15, result, "d1", ("e1",), False, None, dry_run), Lifecycle()
+        )
+    sent = metrics.registry.get_sample_value("tpu_watchdog_signals_sent_total", {"signal": "SIGTERM"})
+    assert sent == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from watchdog.core.drain_record import DrainRecord
+from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.lifecycle import (
     Action,
     ActiveDrain,
@@ -23,6 +23,8 @@ from watchdog.core.lifecycle import (
     MoveDeadline,
     StartDrain,
 )
+from watchdog.core.process import ProcessIdentity
+from watchdog.core.workload import Workload
 
 RETRY, RESUMED = "retry", "resumed"  # the causes of a drain that no event started just now
 
@@ -51,6 +53,22 @@ class DrainStarted:
 
 
 @dataclass(frozen=True)
+class ProcessSignalled:
+    """One signal of a drain's wave, once the wave is out (told from the drain's thread): what became of
+    it, and who the process is."""
+
+    identity: ProcessIdentity
+    process: str  # its name ("" when unknown)
+    signum: int
+    result: SignalResult
+    drain_id: str
+    event_ids: tuple[str, ...]
+    late: bool  # a late arrival
+    workload: Workload | None  # its unit, container or pod
+    dry_run: bool  # nothing left the daemon: signal 0 checked the process was there
+
+
+@dataclass(frozen=True)
 class DrainProgress:
     """A drain in progress, every PROGRESS_INTERVAL: so a long grace is never silent."""
 
@@ -74,6 +92,7 @@ Moment: TypeAlias = (
     | DrainResumed
     | EventStarted
     | DrainStarted
+    | ProcessSignalled
     | MoveDeadline
     | CancelDrain
     | EventCleared

@@ -11,10 +11,17 @@ from __future__ import annotations
 import logging
 
 from watchdog.core.clock import time_left, utc_time
-from watchdog.core.drain_record import DrainRecord
-from watchdog.core.ladder import Ladder
+from watchdog.core.drain_record import DrainRecord, SignalResult
+from watchdog.core.ladder import Ladder, signal_name
 from watchdog.core.lifecycle import CancelDrain, EventCleared, EventStarted, Lifecycle, MoveDeadline
-from watchdog.core.moments import DaemonStarted, DrainEnded, DrainProgress, DrainResumed, Moment
+from watchdog.core.moments import (
+    DaemonStarted,
+    DrainEnded,
+    DrainProgress,
+    DrainResumed,
+    Moment,
+    ProcessSignalled,
+)
 from watchdog.core.vocabulary import DaemonState, Outcome, Output
 from watchdog.daemon.notices import who_was_killed
 from watchdog.surface.logs import fields, workload_fields
@@ -66,10 +73,32 @@ class LogLines:
                 "event cleared: %s is back to normal (id %s)", event.source, event.event_id,
                 extra=fields("event_cleared", event=event.source, event_id=event.event_id),
             )  # fmt: skip
+        elif isinstance(moment, ProcessSignalled):
+            self._signalled(moment)
         elif isinstance(moment, DrainProgress):
             self._progress(moment)
         elif isinstance(moment, DrainEnded):
             self._ended(moment.record, moment.drain_id, moment.state)
+
+    def _signalled(self, moment: ProcessSignalled) -> None:
+        """`SIGTERM to pid 7 (python3, start time 123, unit train.service): sent`; a dry run says what it
+        would have sent."""
+        identity, name, said, dry = moment.identity, signal_name(moment.signum), moment.result.value, ""
+        process = moment.process or "name unknown"
+        journal = fields(
+            "signal_sent", pid=identity.pid, start_time=identity.start_time, process=process, signal=name,
+            result=moment.result.value, drain_id=moment.drain_id, event_ids=list(moment.event_ids),
+            late=moment.late, **workload_fields(moment.workload),
+        )  # fmt: skip
+        if moment.dry_run:  # nothing left the daemon: say what would have gone, to a process there
+            dry, name = "[dry run] ", f"would send {name}"
+            said = "not sent" if moment.result is SignalResult.SENT else said
+        words = moment.workload.describe() if moment.workload else ""
+        log.warning(
+            "%s%s to pid %d (%s, start time %d%s%s): %s",
+            dry, name, identity.pid, process, identity.start_time, f", {words}" if words else "",
+            ", late arrival" if moment.late else "", said, extra=journal,
+        )  # fmt: skip
 
     def _ended(self, record: DrainRecord, drain_id: str, state: str) -> None:
         outcome = record.outcome or Outcome.INTERRUPTED

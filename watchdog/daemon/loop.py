@@ -67,7 +67,7 @@ from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
 from watchdog.daemon.sighup import ReloadAsked
-from watchdog.daemon.telling import DeadlineGauge, SiteHooks, Telling
+from watchdog.daemon.telling import DeadlineGauge, SignalCounter, SiteHooks, Telling
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.host.devices import DeviceSet
@@ -155,14 +155,14 @@ class Daemon:
         )
         self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
         self.telling = Telling(self.outputs, self.lifecycle, [
-            DeadlineGauge(metrics), LogLines(self.policy.ladder, config.dry_run), self.notices,
-            SiteHooks(hooks, config.dry_run),
+            DeadlineGauge(metrics), SignalCounter(metrics), LogLines(self.policy.ladder, config.dry_run),
+            self.notices, SiteHooks(hooks, config.dry_run),
         ])  # fmt: skip
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
             done=lambda record: self.inbox.put(DrainDone(record)), published=self.view.drain_update,
-            persistence_changed=self.reporter.persistence, outputs=self.outputs,
+            persistence_changed=self.reporter.persistence, outputs=self.outputs, tell=self.telling.tell,
             scanned=self.reporter.drain_scanned,
         )  # fmt: skip
         self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan

@@ -32,6 +32,7 @@ from watchdog.core.clock import Clock, time_left, utc_time
 from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
 from watchdog.core.ladder import Ladder
+from watchdog.core.moments import Moment, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import DaemonState, Output
 from watchdog.daemon.drain import DrainListener, Scanner, run_drain
@@ -41,7 +42,7 @@ from watchdog.host.exits import Wakeup
 from watchdog.host.procfs import start_time
 from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
-from watchdog.surface.logs import fields, workload_fields
+from watchdog.surface.logs import fields
 from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
@@ -89,10 +90,12 @@ class DrainRunner(DrainListener):
         published: Callable[[DrainRecord], None],
         persistence_changed: Callable[[], None],
         outputs: Outputs,
+        tell: Callable[[Moment], None],
         scanned: Callable[[Sequence[Holder]], None] = lambda _: None,
     ) -> None:
+        """`tell`: the moments of the drain's thread (each signal), to the outputs that subscribe."""
         self.config, self.scanner, self.store, self.metrics = config, scanner, store, metrics
-        self.outputs = outputs
+        self.outputs, self._tell = outputs, tell
         self.clock, self.stop = clock, stop
         self._done, self._published, self._scanned = done, published, scanned
         self.writer = StateWriter(store, persistence_changed)  # the waves' writes, off the signal path
@@ -288,33 +291,15 @@ class DrainRunner(DrainListener):
     def _said_sent(
         self, identity: ProcessIdentity, signum: int, result: SignalResult, record: DrainRecord
     ) -> None:
-        """One signal sent: its counter and its log line, each guarded (the signal is out already)."""
-        name = signal.Signals(signum).name
-        if result is SignalResult.SENT and not self.config.dry_run:
-            with self.outputs.guarded(Output.METRICS):
-                self.metrics.signals_sent.labels(name).inc()  # a dry run sends nothing, so counts nothing
-        with self.outputs.guarded(Output.LOG):
-            order = self._order
-            drain_id, event_ids = (order.drain_id, list(order.event_ids)) if order else ("", [])
-            process = _name(record, identity) or "name unknown"
-            proc = record.processes.get(identity)
-            late = bool(proc and proc.late_arrival)
-            workload = proc.workload if proc else None
-            journal = fields(
-                "signal_sent", pid=identity.pid, start_time=identity.start_time, process=process, signal=name,
-                result=result.value, drain_id=drain_id, event_ids=event_ids, late=late,
-                **workload_fields(workload),
-            )  # fmt: skip
-            dry, said = "", result.value
-            if self.config.dry_run:  # nothing left the daemon: say what would have gone, to a process there
-                dry, name = "[dry run] ", f"would send {name}"
-                said = "not sent" if result is SignalResult.SENT else said
-            words = workload.describe() if workload else ""
-            log.warning(
-                "%s%s to pid %d (%s, start time %d%s%s): %s",
-                dry, name, identity.pid, process, identity.start_time, f", {words}" if words else "",
-                ", late arrival" if late else "", said, extra=journal,
-            )  # fmt: skip
+        """One signal sent: told to the subscribers (its counter, its log line), the signal out already."""
+        order = self._order
+        drain_id, event_ids = (order.drain_id, order.event_ids) if order else ("", ())
+        proc = record.processes.get(identity)
+        self._tell(ProcessSignalled(
+            identity, _name(record, identity), signum, result, drain_id, event_ids,
+            late=bool(proc and proc.late_arrival), workload=proc.workload if proc else None,
+            dry_run=self.config.dry_run,
+        ))  # fmt: skip
 
     def updated(self, record: DrainRecord) -> None:
         if record.outcome is not None:

@@ -4,8 +4,9 @@ written the state file, and each subscriber runs inside its own guard (`Outputs`
 neither stops the next nor reaches the loop; none of them waits (hooks and webhooks run on threads of
 their own).
 
-The subscribers, in the order they are told: the deadline gauge (metrics), the log lines
-(`daemon/announce.py`), the webhook notices (`daemon/notices.py`) and the site hooks.
+The subscribers, in the order they are told: the deadline gauge and the signal counter (metrics), the log
+lines (`daemon/announce.py`), the webhook notices (`daemon/notices.py`) and the site hooks. The loop and
+the drain's thread both tell, so every subscriber is safe to call from either.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from watchdog.core.drain_record import SignalResult
+from watchdog.core.ladder import signal_name
 from watchdog.core.lifecycle import Event, EventCleared, EventStarted, Lifecycle, MoveDeadline
-from watchdog.core.moments import DrainEnded, DrainStarted, Moment
+from watchdog.core.moments import DrainEnded, DrainStarted, Moment, ProcessSignalled
 from watchdog.core.vocabulary import Outcome, Output
 from watchdog.daemon.outputs import Outputs
 from watchdog.surface.hooks import HookContext, HookRunner
@@ -53,6 +56,20 @@ class DeadlineGauge:
     def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
         if isinstance(moment, (DrainStarted, MoveDeadline)):
             self.metrics.set_deadline(moment.deadline)
+
+
+class SignalCounter:
+    """`tpu_watchdog_signals_sent_total{signal}`: each signal sent (a dry run sends nothing, so counts
+    nothing)."""
+
+    output = Output.METRICS
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
+        if isinstance(moment, ProcessSignalled) and moment.result is SignalResult.SENT and not moment.dry_run:
+            self.metrics.signals_sent.labels(signal_name(moment.signum)).inc()
 
 
 class SiteHooks:
