@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
+from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord, Outcome
 from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import Lifecycle
@@ -41,10 +42,16 @@ def runner_for(
 
 def order(seconds: float, *, already: dict[object, set[int]] | None = None) -> DrainOrder:
     clock = SystemClock()
-    return DrainOrder(
-        "maintenance-event", clock.monotonic() + seconds, clock.wall() + seconds, "20261201T000000.000Z",
-        ("ev",), False, already or {}, ladder_for("kill"),  # type: ignore[arg-type]
+    plan = DrainPlan(
+        deadline=clock.monotonic() + seconds, ladder=ladder_for("kill"), already_signalled=already or {},  # type: ignore[arg-type]
+        drain_id="20261201T000000.000Z",
     )  # fmt: skip
+    return DrainOrder("maintenance-event", plan, clock.wall() + seconds, ("ev",))
+
+
+def deadline(todo: DrainOrder) -> float:
+    assert todo.plan.deadline is not None
+    return todo.plan.deadline
 
 
 def test_a_drain_runs_in_its_thread_and_writes_each_signal_ahead(
@@ -118,7 +125,7 @@ def test_indexed_holders_are_signalled_before_the_full_scan_and_newcomers_after_
     runner.scanner = scanner
     runner.indexed = lambda: index
     todo = order(30.0)
-    runner.start(dataclasses.replace(todo, first_wave=runner.first_wave(todo.deadline)))  # as the loop does
+    runner.start(dataclasses.replace(todo, first_wave=runner.first_wave(deadline(todo))))  # as the loop does
     runner.persisted.set()  # the loop's state write, done
     assert indexed.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
     assert newcomer.alive()
@@ -142,7 +149,7 @@ def test_an_indexed_process_that_let_go_of_the_device_is_not_signalled(
     runner, done = runner_for(workloads, state_dir)
     runner.indexed = lambda: index
     todo = order(30.0)
-    assert runner.first_wave(todo.deadline) == ()  # re-checked: it holds nothing now
+    assert runner.first_wave(deadline(todo)) == ()  # re-checked: it holds nothing now
     runner.start(todo)
     runner.persisted.set()  # the loop's state write, done
     record = done.get(timeout=30)
@@ -167,7 +174,7 @@ def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
     runner.scanner = scanner
     runner.indexed, runner.known_pids = lambda: index.holders, lambda: (index.pids, index.last_pid)
     todo = order(30.0)
-    first = runner.first_wave(todo.deadline)  # as the loop does: the new PIDs looked at, nobody indexed
+    first = runner.first_wave(deadline(todo))  # as the loop does: the new PIDs looked at, nobody indexed
     assert [h.identity for h in first] == [new.identity]
     runner.start(dataclasses.replace(todo, first_wave=first))
     runner.persisted.set()  # the loop's state write, done

@@ -29,6 +29,7 @@ from typing import TypeAlias
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import (
@@ -429,11 +430,18 @@ class Daemon:
         if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
             ask = self.policy.ladder.ask.name
             self._intents = [(h.identity, ask, h.name) for h in first if h.identity not in already]
+        started = (
+            None if active is None else self.clock.monotonic() - max(0.0, self.clock.wall() - active.started)
+        )
+        plan = DrainPlan(
+            deadline=self._to_mono(deadline), ladder=self.policy.ladder, dry_run=self.config.dry_run,
+            already_signalled=already, rescan_interval=RESCAN_INTERVAL, late=bool(active and active.late),
+            possibly_signalled=self.newcomers.possibly_signalled, started=started,
+            drain_id=active.drain_id if active else "",
+        )  # fmt: skip
         self.runner.start(DrainOrder(
-            cause, self._to_mono(deadline), deadline, active.drain_id if active else "",
-            tuple(active.event_ids) if active else (), bool(active and active.late), already,
-            self.policy.ladder, first,
-            self.newcomers.possibly_signalled, active.started if active else None,
+            cause, plan, deadline, tuple(active.event_ids) if active else (), first,
+            active.started if active else None,
             tuple(s for s in on_file if active and s.intent_at >= active.started),  # its own, not earlier
             self._previous(active),
         ))  # fmt: skip

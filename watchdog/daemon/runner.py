@@ -24,14 +24,13 @@ import copy
 import logging
 import signal
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, time_left, utc_time
 from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
-from watchdog.core.ladder import Ladder
 from watchdog.core.moments import Moment, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import DaemonState, Output
@@ -54,21 +53,22 @@ PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a
 
 @dataclass(frozen=True)
 class DrainOrder:
-    """One drain to run: for what (log wording), until when, who was signalled before, how it is known."""
+    """One drain to run: its plan, as far as the loop knows it (the deadline on the drain's monotonic clock,
+    the ladder, dry run, the signals sent before, late, its id and start; the runner adds what its first
+    scan finds: `scan_first`, `earlier`), for what (log wording), and what it goes on from."""
 
     cause: str  # the source of the event it serves, or "resumed" / "retry"
-    deadline: float  # monotonic seconds of the daemon's clock
+    plan: DrainPlan  # with its `deadline` (absolute), never a grace
     wall_deadline: float
-    drain_id: str
     event_ids: tuple[str, ...]
-    late: bool
-    already_signalled: Mapping[ProcessIdentity, Collection[int]]
-    ladder: Ladder  # the policy's: which signals go out, and when
     first_wave: tuple[Holder, ...] = ()  # from the warm index, re-checked (`first_wave`): signalled at once
-    possibly_signalled: frozenset[ProcessIdentity] = frozenset()  # SIGTERM intents on file never confirmed
     started_wall: float | None = None  # when the drain began (`ActiveDrain.started`): a resumed one keeps it
     on_file: tuple[SignalRecord, ...] = ()  # a resumed drain's signals in the state file (its own only)
     previous: DrainRecord | None = None  # a reopened drain's record from when it ended (this run's)
+
+    def __post_init__(self) -> None:
+        if self.plan.deadline is None:
+            raise ValueError("a drain order's plan has its deadline (absolute), not a grace")
 
 
 class DrainRunner(DrainListener):
@@ -137,7 +137,7 @@ class DrainRunner(DrainListener):
     def start(self, order: DrainOrder) -> None:
         """Run `order` in a new thread; `done(record)` when it ends (`done(None)`: the attempt failed)."""
         self.cancel.clear()
-        self.deadline_mono = order.deadline
+        self.deadline_mono = order.plan.deadline or 0.0  # never None (DrainOrder)
         self._order = order
         # The drain thread scans while the loop writes the new state (two slow things at once); its first
         # write-ahead waits until that state is on disk, so a crash in between can never leave a signal
@@ -160,27 +160,13 @@ class DrainRunner(DrainListener):
             scan_first = bool(order.first_wave)  # else the holders come from a full scan
             holders = order.first_wave if scan_first else self._first_scan()
             self._said_started(order, holders)
-            started, previous = None, order.previous
+            started, previous = order.plan.started, order.previous
             if previous is not None:  # reopened in this run: its start and processes as it ended
                 started = previous.started
                 earlier = tuple(copy.deepcopy(list(previous.processes.values())))
             else:
-                if order.started_wall is not None:
-                    started = self.clock.monotonic() - max(0.0, self.clock.wall() - order.started_wall)
                 earlier = earlier_processes(order.on_file, holders, scan_first, self._to_mono)
-            plan = DrainPlan(
-                deadline=order.deadline,
-                ladder=order.ladder,
-                dry_run=self.config.dry_run,
-                already_signalled=order.already_signalled,
-                rescan_interval=RESCAN_INTERVAL,
-                late=order.late,
-                scan_first=scan_first,
-                possibly_signalled=order.possibly_signalled,
-                started=started,
-                earlier=earlier,
-                drain_id=order.drain_id,
-            )
+            plan = replace(order.plan, scan_first=scan_first, started=started, earlier=earlier)
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
                 clock=self.clock, wake=self.wakeup,
@@ -202,14 +188,15 @@ class DrainRunner(DrainListener):
 
     def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
         with self.outputs.guarded(Output.LOG):
-            ask = order.ladder.ask
-            then = order.ladder.then()
-            dry, send = ("[dry run] ", f"would send {ask.name}") if self.config.dry_run else ("", ask.name)
-            fresh = sum(ask.signum not in order.already_signalled.get(h.identity, ()) for h in holders)
-            if order.cause in ("resumed", "retry") or order.late:  # the same drain: the unsignalled get one
+            plan = order.plan
+            ask = plan.ladder.ask
+            then = plan.ladder.then()
+            dry, send = ("[dry run] ", f"would send {ask.name}") if plan.dry_run else ("", ask.name)
+            fresh = sum(ask.signum not in plan.already_signalled.get(h.identity, ()) for h in holders)
+            if order.cause in ("resumed", "retry") or plan.late:  # the same drain: the unsignalled get one
                 began = f" (started {utc_time(order.started_wall)})" if order.started_wall is not None else ""
                 cause = "reopened" if order.cause not in ("resumed", "retry") else order.cause
-                what = f"{cause} drain {order.drain_id}{began}: {len(holders)} TPU holder(s) hold a device"
+                what = f"{cause} drain {plan.drain_id}{began}: {len(holders)} TPU holder(s) hold a device"
                 if cause == "reopened":
                     what = f"late arrival: {what}"
                 what += (
@@ -221,7 +208,7 @@ class DrainRunner(DrainListener):
                 "%s%s, deadline %s (%s), then %s", dry, what, utc_time(order.wall_deadline),
                 time_left(order.wall_deadline, self.clock.wall()), then,
                 extra=fields("drain_started", event=order.cause, state=DaemonState.DRAINING.value,
-                             drain_id=order.drain_id, late=order.late),
+                             drain_id=plan.drain_id, late=plan.late),
             )  # fmt: skip
 
     def first_wave(self, deadline: float) -> tuple[Holder, ...]:
@@ -293,7 +280,7 @@ class DrainRunner(DrainListener):
     ) -> None:
         """One signal sent: told to the subscribers (its counter, its log line), the signal out already."""
         order = self._order
-        drain_id, event_ids = (order.drain_id, order.event_ids) if order else ("", ())
+        drain_id, event_ids = (order.plan.drain_id, order.event_ids) if order else ("", ())
         proc = record.processes.get(identity)
         self._tell(ProcessSignalled(
             identity, _name(record, identity), signum, result, drain_id, event_ids,
