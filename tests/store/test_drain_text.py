@@ -75,3 +75,19 @@ def test_status_and_history_give_a_reopened_drain_the_same_words() -> None:
     head = block(entry)[0]
     assert head.endswith("(reopened for a late arrival)")
     assert "after 5.0 min" in "\n".join(block(entry))
+
+
+def test_the_totals_name_the_signal_that_asked_not_sigterm_always() -> None:
+    """A ladder asking with SIGINT (core/ladder.py): the history says so, from the signals on the entry."""
+    procs = [
+        {"pid": 1, "end": "exited", "signals": ["SIGINT"]},
+        {"pid": 2, "end": "killed", "signals": ["SIGINT", "SIGKILL"]},
+        {"pid": 3, "end": "exited", "signals": []},
+    ]
+    assert totals({"processes": procs}) == (
+        "3 processes: 1 exited on SIGINT, 1 killed at the deadline, 1 exited before being signalled"
+    )
+    rehearsal = [{**p, "would_send": p["signals"]} for p in procs]
+    assert totals({"processes": rehearsal, "dry_run": True}) == (
+        "3 processes: would send SIGINT to 2, SIGKILL to 1 at the deadline (dry run: nothing was sent)"
+    )

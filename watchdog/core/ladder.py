@@ -19,9 +19,20 @@ from dataclasses import dataclass
 
 from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, ON_TIMEOUT, OnTimeout
 
-__all__ = ["ASK_SIGNALS", "DEFAULT_LADDER", "KILL", "At", "Ladder", "Step", "ladder_for", "signal_name"]
+__all__ = [
+    "ASK_SIGNALS",
+    "DEFAULT_LADDER",
+    "KILL",
+    "KILL_NAME",
+    "At",
+    "Ladder",
+    "Step",
+    "ladder_for",
+    "signal_name",
+]
 
 KILL = signal.SIGKILL  # the forcing step's signal: uncatchable, so its wait is bounded
+KILL_NAME = KILL.name  # as the state file and the history spell it; every other signal they name asked
 # What may ask: a signal a process can catch and that does not stop it outright (SIGSTOP) or ask a
 # debugger (SIGTRAP). The real-time signals are left out on purpose: nothing the daemon drains listens there.
 ASK_SIGNALS = frozenset(

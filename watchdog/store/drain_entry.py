@@ -28,7 +28,7 @@ from watchdog.core.drain_record import (
     ProcessRecord,
     SignalResult,
 )
-from watchdog.core.ladder import signal_name
+from watchdog.core.ladder import KILL_NAME, signal_name
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import ProcessEnd
 from watchdog.core.workload import Workload
@@ -137,7 +137,7 @@ def entry_from_saved(
     processes = []
     for records in _by_process(on_file).values():
         identity = records[0].identity
-        if any(r.signal == "SIGKILL" and r.result == SignalResult.SENT.value for r in records):
+        if any(r.signal == KILL_NAME and r.result == SignalResult.SENT.value for r in records):
             end = KILLED
         elif alive is None:
             end = UNKNOWN

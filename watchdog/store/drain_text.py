@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from watchdog.core.ladder import KILL_NAME
 from watchdog.core.workload import words_of
 from watchdog.store.drain_entry import EXITED, KILLED, RELEASED, SIGTERM_DEATHS, STILL_RUNNING, UNKNOWN
 
@@ -44,6 +45,11 @@ def _signals(proc: Mapping[str, object], dry_run: bool = False) -> list[str]:
     return [str(s) for s in signals] if isinstance(signals, list) else []
 
 
+def _asked(signals: Sequence[str]) -> str | None:
+    """The signal that asked the process to save and exit (the ladder's first step: SIGTERM), if one did."""
+    return next((s for s in signals if s != KILL_NAME), None)
+
+
 def tags(entry: Entry) -> list[str]:
     """What sets the drain apart: a rehearsal, or reopened for a late arrival after it had ended."""
     return [
@@ -68,9 +74,11 @@ def totals(entry: Entry) -> str:
     if not procs:
         return "no process held a TPU device"
     if entry.get("dry_run"):
-        term = sum("SIGTERM" in _signals(p, dry_run=True) for p in procs)
-        kill = sum("SIGKILL" in _signals(p, dry_run=True) for p in procs)
-        would = f"SIGTERM to {term}" + (f", SIGKILL to {kill} at the deadline" if kill else "")
+        asked = [_asked(_signals(p, dry_run=True)) for p in procs]
+        names = "/".join(sorted({a for a in asked if a})) or "nothing"
+        kill = sum(KILL_NAME in _signals(p, dry_run=True) for p in procs)
+        then = f", {KILL_NAME} to {kill} at the deadline" if kill else ""
+        would = f"{names} to {sum(map(bool, asked))}{then}"
         return f"{head}: would send {would} (dry run: nothing was sent)"
     counts: dict[str, int] = {}
     for p in procs:
@@ -78,7 +86,8 @@ def totals(entry: Entry) -> str:
         if end == EXITED and p.get("detail") in SIGTERM_DEATHS:
             what = "died of SIGTERM's default action (no checkpoint)"
         elif end == EXITED:
-            what = "exited on SIGTERM" if "SIGTERM" in signals else "exited before being signalled"
+            ask = _asked(signals)
+            what = f"exited on {ask}" if ask else "exited before being signalled"
         elif end == KILLED:
             what = "killed at the deadline"
         elif end == RELEASED:
