@@ -18,7 +18,7 @@ from watchdog.core.clock import SystemClock
 from watchdog.core.drain_record import SignalResult
 from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import ActiveDrain, Event, EventStarted, Lifecycle
-from watchdog.core.moments import ProcessSignalled
+from watchdog.core.moments import HoldersFound, ProcessSignalled
 from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.announce import LogLines
 from watchdog.daemon.notices import Notices
@@ -120,4 +120,22 @@ def test_a_signal_is_one_line_naming_the_process_and_a_dry_run_says_nothing_was_
     assert (
         dry.getMessage()
         == "[dry run] would send SIGTERM to pid 4242 (train, start time 77, late arrival): not sent"
+    )
+
+
+def test_a_drains_first_line_says_whom_it_signals_and_a_reopened_one_only_the_new(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lines = LogLines(ladder_for("kill"), dry_run=False)
+    found = HoldersFound("preempted", "d1", False, 3, 3, ladder_for("kill"), False, None, 1.8e9 + 25, 1.8e9)
+    lines.told(found, Lifecycle())
+    lines.told(
+        replace(found, cause="maintenance-event", late=True, fresh=1, started_wall=1.8e9 - 60), Lifecycle()
+    )
+    first, reopened = (r.getMessage() for r in said(caplog, "drain_started"))
+    assert first.startswith("draining 3 TPU holder(s) for preempted: SIGTERM now, deadline ")
+    assert first.endswith("(in 25 s), then SIGKILL what still holds a device")
+    assert reopened.startswith(
+        "late arrival: reopened drain d1 (started 2027-01-15T07:59:00.000Z): 3 TPU holder(s) hold a device, "
+        "SIGTERM now to the 1 not yet signalled"
     )

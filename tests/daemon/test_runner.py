@@ -25,14 +25,14 @@ from watchdog.surface.metrics import Metrics
 
 
 def runner_for(
-    workloads: Workloads, state_dir: Path, store: StateStore | None = None
+    workloads: Workloads, state_dir: Path, store: StateStore | None = None, metrics: Metrics | None = None
 ) -> tuple[DrainRunner, queue.Queue[DrainRecord | None]]:
     done: queue.Queue[DrainRecord | None] = queue.Queue()
     config = dataclasses.replace(default_config(), devices=(str(workloads.device),), state_dir=str(state_dir))
     store = store or StateStore(str(state_dir))
-    metrics = Metrics()
+    metrics = metrics or Metrics()
     runner = DrainRunner(
-        config, scanner=OwnScanner(workloads), store=store, metrics=metrics, clock=SystemClock(),
+        config, scanner=OwnScanner(workloads), store=store, clock=SystemClock(),
         stop=threading.Event(), done=done.put, published=lambda _: None, persistence_changed=lambda: None,
         outputs=Outputs(metrics), tell=Telling(Outputs(metrics), Lifecycle(), [SignalCounter(metrics)]).tell,
     )  # fmt: skip
@@ -58,7 +58,8 @@ def test_a_drain_runs_in_its_thread_and_writes_each_signal_ahead(
     workloads: Workloads, state_dir: Path
 ) -> None:
     child = workloads.start("handled")
-    runner, done = runner_for(workloads, state_dir)
+    metrics = Metrics()
+    runner, done = runner_for(workloads, state_dir, metrics=metrics)
     runner.start(order(30.0))
     assert runner.running
     record = done.get(timeout=30)
@@ -67,10 +68,7 @@ def test_a_drain_runs_in_its_thread_and_writes_each_signal_ahead(
     assert child.popen.wait(timeout=10) == 0
     (written,) = runner.store.state.signals
     assert (written.identity, written.signal, written.result) == (child.identity, "SIGTERM", "sent")
-    assert (
-        runner.metrics.registry.get_sample_value("tpu_watchdog_signals_sent_total", {"signal": "SIGTERM"})
-        == 1
-    )
+    assert metrics.registry.get_sample_value("tpu_watchdog_signals_sent_total", {"signal": "SIGTERM"}) == 1
     runner.finished()
     assert not runner.running
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from watchdog.core.drain_record import DrainRecord, SignalResult
+from watchdog.core.ladder import Ladder
 from watchdog.core.lifecycle import (
     Action,
     ActiveDrain,
@@ -50,6 +51,23 @@ class DrainStarted:
 
     cause: str
     deadline: float  # wall clock
+
+
+@dataclass(frozen=True)
+class HoldersFound:
+    """The drain has its holders (the first wave, or its first scan) and signals them now (told from the
+    drain's thread, before the signals)."""
+
+    cause: str  # as DrainStarted's
+    drain_id: str
+    late: bool  # reopened for a late arrival
+    holders: int  # how many hold a device
+    fresh: int  # of them, not signalled before: they get the ladder's asking signal now
+    ladder: Ladder
+    dry_run: bool
+    started_wall: float | None  # when the drain began (a resumed or reopened one: before now)
+    deadline: float  # wall clock
+    now: float  # wall clock
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,7 @@ Moment: TypeAlias = (
     | DrainResumed
     | EventStarted
     | DrainStarted
+    | HoldersFound
     | ProcessSignalled
     | MoveDeadline
     | CancelDrain

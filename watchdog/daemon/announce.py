@@ -3,7 +3,8 @@
 Log lines follow one rule: one line per fact, the thing named once, times in UTC with a Z. A timed-out
 drain is an ERROR naming each process that had to be killed (its progress since the last checkpoint is
 lost); during a drain a progress line comes every `PROGRESS_INTERVAL` s, so a long grace is never silent.
-A drain's start is said by the drain's own first line (`daemon/runner.py`), with the holders it signals.
+A drain's start is said by its first line (`HoldersFound`, told from the drain's thread), with the holders
+it signals.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.ladder import Ladder, signal_name
 from watchdog.core.lifecycle import CancelDrain, EventCleared, EventStarted, Lifecycle, MoveDeadline
 from watchdog.core.moments import (
+    RESUMED,
+    RETRY,
     DaemonStarted,
     DrainEnded,
     DrainProgress,
     DrainResumed,
+    HoldersFound,
     Moment,
     ProcessSignalled,
 )
@@ -73,12 +77,36 @@ class LogLines:
                 "event cleared: %s is back to normal (id %s)", event.source, event.event_id,
                 extra=fields("event_cleared", event=event.source, event_id=event.event_id),
             )  # fmt: skip
+        elif isinstance(moment, HoldersFound):
+            self._found(moment)
         elif isinstance(moment, ProcessSignalled):
             self._signalled(moment)
         elif isinstance(moment, DrainProgress):
             self._progress(moment)
         elif isinstance(moment, DrainEnded):
             self._ended(moment.record, moment.drain_id, moment.state)
+
+    def _found(self, moment: HoldersFound) -> None:
+        """The drain's first line: `draining 3 TPU holder(s) for preempted: SIGTERM now, deadline ...`; a
+        resumed, retried or reopened drain says who still gets the asking signal."""
+        ask = moment.ladder.ask.name
+        dry, send = ("[dry run] ", f"would send {ask}") if moment.dry_run else ("", ask)
+        if moment.cause in (RESUMED, RETRY) or moment.late:  # the same drain: the unsignalled get one
+            began = f" (started {utc_time(moment.started_wall)})" if moment.started_wall is not None else ""
+            cause = "reopened" if moment.cause not in (RESUMED, RETRY) else moment.cause
+            what = f"{cause} drain {moment.drain_id}{began}: {moment.holders} TPU holder(s) hold a device"
+            if cause == "reopened":
+                what = f"late arrival: {what}"
+            fresh = moment.fresh
+            what += f", {send} now to the {fresh} not yet signalled" if fresh else ", all signalled before"
+        else:
+            what = f"draining {moment.holders} TPU holder(s) for {moment.cause}: {send} now"
+        log.warning(
+            "%s%s, deadline %s (%s), then %s", dry, what, utc_time(moment.deadline),
+            time_left(moment.deadline, moment.now), moment.ladder.then(),
+            extra=fields("drain_started", event=moment.cause, state=DaemonState.DRAINING.value,
+                         drain_id=moment.drain_id, late=moment.late),
+        )  # fmt: skip
 
     def _signalled(self, moment: ProcessSignalled) -> None:
         """`SIGTERM to pid 7 (python3, start time 123, unit train.service): sent`; a dry run says what it

@@ -161,7 +161,7 @@ class Daemon:
         ])  # fmt: skip
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
-            config, scanner=scanner, store=store, metrics=metrics, clock=self.clock, stop=stop,
+            config, scanner=scanner, store=store, clock=self.clock, stop=stop,
             done=lambda record: self.inbox.put(DrainDone(record)), published=self.view.drain_update,
             persistence_changed=self.reporter.persistence, outputs=self.outputs, tell=self.telling.tell,
             scanned=self.reporter.drain_scanned,

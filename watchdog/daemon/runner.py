@@ -28,12 +28,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from watchdog.config.settings import Config
-from watchdog.core.clock import Clock, time_left, utc_time
+from watchdog.core.clock import Clock
 from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
-from watchdog.core.moments import Moment, ProcessSignalled
+from watchdog.core.moments import HoldersFound, Moment, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
-from watchdog.core.vocabulary import DaemonState, Output
+from watchdog.core.vocabulary import Output
 from watchdog.daemon.drain import DrainListener, Scanner, run_drain
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
@@ -41,8 +41,6 @@ from watchdog.host.exits import Wakeup
 from watchdog.host.procfs import start_time
 from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
-from watchdog.surface.logs import fields
-from watchdog.surface.metrics import Metrics
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -83,7 +81,6 @@ class DrainRunner(DrainListener):
         *,
         scanner: Scanner,
         store: StateStore,
-        metrics: Metrics,
         clock: Clock,
         stop: threading.Event,
         done: Callable[[DrainRecord | None], None],
@@ -94,7 +91,7 @@ class DrainRunner(DrainListener):
         scanned: Callable[[Sequence[Holder]], None] = lambda _: None,
     ) -> None:
         """`tell`: the moments of the drain's thread (each signal), to the outputs that subscribe."""
-        self.config, self.scanner, self.store, self.metrics = config, scanner, store, metrics
+        self.config, self.scanner, self.store = config, scanner, store
         self.outputs, self._tell = outputs, tell
         self.clock, self.stop = clock, stop
         self._done, self._published, self._scanned = done, published, scanned
@@ -187,29 +184,13 @@ class DrainRunner(DrainListener):
                 log.error("the drain's state-file writes are not done after %.0f s", PERSIST_WAIT)
 
     def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
-        with self.outputs.guarded(Output.LOG):
-            plan = order.plan
-            ask = plan.ladder.ask
-            then = plan.ladder.then()
-            dry, send = ("[dry run] ", f"would send {ask.name}") if plan.dry_run else ("", ask.name)
-            fresh = sum(ask.signum not in plan.already_signalled.get(h.identity, ()) for h in holders)
-            if order.cause in ("resumed", "retry") or plan.late:  # the same drain: the unsignalled get one
-                began = f" (started {utc_time(order.started_wall)})" if order.started_wall is not None else ""
-                cause = "reopened" if order.cause not in ("resumed", "retry") else order.cause
-                what = f"{cause} drain {plan.drain_id}{began}: {len(holders)} TPU holder(s) hold a device"
-                if cause == "reopened":
-                    what = f"late arrival: {what}"
-                what += (
-                    f", {send} now to the {fresh} not yet signalled" if fresh else ", all signalled before"
-                )
-            else:
-                what = f"draining {len(holders)} TPU holder(s) for {order.cause}: {send} now"
-            log.warning(
-                "%s%s, deadline %s (%s), then %s", dry, what, utc_time(order.wall_deadline),
-                time_left(order.wall_deadline, self.clock.wall()), then,
-                extra=fields("drain_started", event=order.cause, state=DaemonState.DRAINING.value,
-                             drain_id=plan.drain_id, late=plan.late),
-            )  # fmt: skip
+        plan = order.plan
+        ask = plan.ladder.ask.signum
+        fresh = sum(ask not in plan.already_signalled.get(h.identity, ()) for h in holders)
+        self._tell(HoldersFound(
+            order.cause, plan.drain_id, plan.late, len(holders), fresh, plan.ladder, plan.dry_run,
+            order.started_wall, order.wall_deadline, self.clock.wall(),
+        ))  # fmt: skip
 
     def first_wave(self, deadline: float) -> tuple[Holder, ...]:
         """The holders a drain signals at once, without a scan of every fd on the host: the indexed holders
