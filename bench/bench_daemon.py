@@ -86,7 +86,6 @@ with FakeMetadataServer(listen="127.0.0.1:0") as fake:
 
     put = functools.partial(driver.put, control)
     status, wait = driver.status, driver.wait
-            time.sleep(0.02)
 
     # The daemon: hanging GETs (timeout_sec 60, as in production).
     with socket.socket() as probe:
