@@ -19,9 +19,8 @@ def test_the_settings_ladders() -> None:
     assert ladder_for("kill") == DEFAULT_LADDER == Ladder((Step(TERM, At.FOUND), Step(KILL, At.DEADLINE)))
     assert ladder_for("leave") == Ladder((Step(TERM, At.FOUND),))
     assert [ladder_for(t).on_timeout for t in ("kill", "leave")] == ["kill", "leave"]
-    assert DEFAULT_LADDER.describe() == "SIGTERM now, then SIGKILL at the deadline"
-    assert ladder_for("leave").describe() == "SIGTERM now, then report at the deadline"
-    assert ladder_for("kill", ask=INT).describe() == "SIGINT now, then SIGKILL at the deadline"
+    assert DEFAULT_LADDER.then() == "SIGKILL what still holds a device"
+    assert ladder_for("leave").then() == "leave them"
 
 
 @pytest.mark.parametrize(

@@ -93,11 +93,6 @@ class Ladder:
         """What the deadline does, for a log line: `SIGKILL what still holds a device` / `leave them`."""
         return f"{self.force.name} what still holds a device" if self.force else "leave them"
 
-    def describe(self) -> str:
-        """The ladder in words: `SIGTERM now, then SIGKILL at the deadline`."""
-        then = f"{self.force.name} at the deadline" if self.force else "report at the deadline"
-        return f"{self.ask.name} now, then {then}"
-
 
 def ladder_for(on_timeout: OnTimeout, ask: int = signal.SIGTERM) -> Ladder:
     """The ladder of the `drain.on_timeout` setting: `ask` at once, then SIGKILL ("kill") or nothing."""
