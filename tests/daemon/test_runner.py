@@ -36,7 +36,6 @@ def runner_for(
         stop=threading.Event(), done=done.put, published=lambda _: None, persistence_changed=lambda: None,
         outputs=Outputs(metrics), tell=Telling(Outputs(metrics), Lifecycle(), [SignalCounter(metrics)]).tell,
     )  # fmt: skip
-    runner.persisted.set()
     return runner, done
 
 
@@ -124,7 +123,6 @@ def test_indexed_holders_are_signalled_before_the_full_scan_and_newcomers_after_
     runner.indexed = lambda: index
     todo = order(30.0)
     runner.start(dataclasses.replace(todo, first_wave=runner.first_wave(deadline(todo))))  # as the loop does
-    runner.persisted.set()  # the loop's state write, done
     assert indexed.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
     assert newcomer.alive()
     assert [s.identity for s in runner.store.state.signals] == [indexed.identity]  # written ahead
@@ -149,7 +147,6 @@ def test_an_indexed_process_that_let_go_of_the_device_is_not_signalled(
     todo = order(30.0)
     assert runner.first_wave(deadline(todo)) == ()  # re-checked: it holds nothing now
     runner.start(todo)
-    runner.persisted.set()  # the loop's state write, done
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.NO_HOLDERS
@@ -175,7 +172,6 @@ def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
     first = runner.first_wave(deadline(todo))  # as the loop does: the new PIDs looked at, nobody indexed
     assert [h.identity for h in first] == [new.identity]
     runner.start(dataclasses.replace(todo, first_wave=first))
-    runner.persisted.set()  # the loop's state write, done
     assert new.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
     assert runner.store.state.find(old.identity, signal.SIGTERM) is None  # not even intended yet
     scanner.gate.set()

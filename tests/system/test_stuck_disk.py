@@ -1,13 +1,14 @@
-"""A state disk that hangs (a stuck fsync) in the middle of an event: the loop goes on hearing the metadata
-server and acting on what it hears. A really stuck disk is not available here: the state store's fsync is
-injected and blocks until the test ends, as fsync(2) on a hung device would. Everything else is real: the
+"""A state disk that hangs (a stuck fsync, or stuck writes) in the middle of an event: the loop goes on
+hearing the metadata server and acting on what it hears. A really stuck disk is not available here: the
+state store's fsync is injected and blocks until the test ends, as fsync(2) on a hung device would, or its
+writes block, as a rename does while ext4's journal cannot commit. Everything else is real: the
 daemon, the fake metadata server over loopback HTTP, the files, the holder and its signals."""
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from tests.support.daemon_harness import MAINTENANCE, PREEMPTED, DaemonHarness
 from tests.support.workloads import Workloads
 from watchdog.fake.server import FakeMetadataServer
+from watchdog.store.records import SavedState
 from watchdog.store.statefile import StateStore
 
 
@@ -33,6 +35,29 @@ class HangingDisk:
 
     def hang(self) -> None:
         self.hung.set()
+
+
+class HangingWrites(StateStore):
+    """A state store whose every write blocks, from `hang()` until `release()`."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.hung, self.released = threading.Event(), threading.Event()
+        self.writes_while_hung = 0
+
+    def hang(self) -> None:
+        self.hung.set()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def _write(
+        self, state: SavedState, written: Callable[[], None] | None = None, durable: bool = True
+    ) -> None:
+        if self.hung.is_set():
+            self.writes_while_hung += 1
+            self.released.wait()
+        super()._write(state, written, durable)
 
 
 @pytest.fixture
@@ -57,3 +82,23 @@ def test_a_preemption_during_a_drain_on_a_hung_disk_still_brings_the_sigkill_for
         fake.set(PREEMPTED, "TRUE")
         assert stubborn.popen.wait(timeout=10) == -signal.SIGKILL
         assert disk.calls_while_hung > 0, "the disk hung before the drain's writes"
+
+
+def test_a_drain_whose_state_writes_hang_still_signals_and_still_hears_a_preemption(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """The same, with the writes themselves stuck: a loop that wrote its state in its own thread would hang
+    in the maintenance drain's first write, so it would never hear the preemption, and the SIGKILL would come
+    at the 30 s deadline. The SIGTERM goes out once its write-ahead has waited its bound (0.5 s)."""
+    stubborn = workloads.start("report")
+    store = HangingWrites(str(state_dir))
+    with DaemonHarness(state_dir, fake, workloads, store=store, maintenance_grace=30.0, preemption_grace=2.0):
+        try:
+            store.hang()
+            fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+            stubborn.expect("term")
+            fake.set(PREEMPTED, "TRUE")
+            assert stubborn.popen.wait(timeout=10) == -signal.SIGKILL
+            assert store.writes_while_hung > 0, "the disk hung before the drain's writes"
+        finally:
+            store.release()  # the writer's thread may end

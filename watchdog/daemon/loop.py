@@ -1,17 +1,18 @@
 """The daemon: the metadata watches feed one event loop; the loop owns the lifecycle and starts drains.
 
-Signal first, then tell: each step acts (hands a drain to its thread, moves a deadline, cancels), writes
-the state file (all a drain's first signal waits for), and only then tells: it emits the moment
-(`core/moments.py`) to the outputs that subscribe (`daemon/telling.py`: log lines, webhooks, hooks, the
-deadline gauge), and updates the history, metrics and sd_notify, each guarded by `Outputs`, so no output
-can delay or stop a signal.
+Signal first, then tell: each step queues the state file's write (`daemon/writeahead.py`: a drain's first
+signal follows it in that one queue, and the loop never waits for the disk), acts (hands a drain to its
+thread, moves a deadline, cancels), and only then tells: it emits the moment (`core/moments.py`) to the
+outputs that subscribe (`daemon/telling.py`: log lines, webhooks, hooks, the deadline gauge), and updates
+the history, metrics and sd_notify, each guarded by `Outputs`, so no output can delay or stop a signal.
 
 Threads: one per watched key (hanging GETs), one for a running drain, the holder index, the HTTP listener,
-hook runners. Only the loop thread changes the lifecycle; the others talk to it through `self.inbox`, which
-wakes it at once; otherwise it sleeps until its next time-based decision is due (`_due_times`: a notice's
-before-window SIGTERM, a watchdog ping, a rescan...), at most LOOP_CEILING. One `stop` event ends
-everything: the loop saves the state and returns within about a second, a drain in progress returns
-"interrupted" and is resumed, with the same deadline, by the next start.
+the state writer and its syncer, hook runners. Only the loop thread changes the lifecycle; the others talk
+to it through `self.inbox`, which wakes it at once; otherwise it sleeps until its next time-based decision
+is due (`_due_times`: a notice's before-window SIGTERM, a watchdog ping, a rescan...), at most
+LOOP_CEILING. One `stop` event ends everything: the loop saves the state and returns within about a
+second, a drain in progress returns "interrupted" and is resumed, with the same deadline, by the next
+start.
 """
 
 from __future__ import annotations
@@ -175,7 +176,6 @@ class Daemon:
         self._ready_sent = False
         self._next_ping = self._next_scan = 0.0
         self._ready_by = self.clock.monotonic() + READY_WITHIN  # READY=1 by then, answered or not
-        self._intents: list[tuple[ProcessIdentity, int | str, str]] = []  # a first wave, for _changed
         self.progress_interval, self._next_progress = progress_interval, 0.0
         self.newcomers = Newcomers(
             self.lifecycle,
@@ -363,34 +363,37 @@ class Daemon:
     # -- actions of the lifecycle --------------------------------------------------------------------
 
     def _apply(self, actions: list[Action]) -> None:
-        """Act, persist, tell: every drain is handed to its thread and the state file written before the
-        first log line, notice, hook or metric of the step, none of which can raise here (`Outputs`)."""
+        """Act, persist, tell: the state file's write is queued and every drain handed to its thread before
+        the first log line, notice, hook or metric of the step, none of which can raise here (`Outputs`).
+        A drain starts after its own state's write is queued (`StateWriter`: one queue, so the file knows
+        the drain before any of its signals); a step never both starts a drain and moves or cancels one."""
         if not actions:
             return
+        orders: list[DrainOrder] = []
         for action in actions:
             if isinstance(action, StartDrain):
-                self._start_drain(action.event.source, action.deadline, resume=action.late)
+                orders.append(self._drain_order(action.event.source, action.deadline, resume=action.late))
             elif isinstance(action, MoveDeadline):
                 self.runner.move_deadline(self._to_mono(action.deadline))
             elif isinstance(action, CancelDrain):
                 self.runner.cancel_drain()
-        self._changed()
+        self._changed(orders)
+        for order in orders:
+            self.runner.start(order)
         for action in actions:
             self.telling.tell(moment_of(action))
 
-    def _changed(self) -> None:
-        """Persist, then show: the state file first, so a crash right now loses nothing (the drain may
-        signal once the file is in place, before its fsyncs: StateStore.save_lifecycle)."""
+    def _changed(self, orders: Sequence[DrainOrder] = ()) -> None:
+        """Persist, then show: the state file's write is queued first, with the intents of each new drain's
+        first wave (`orders`: one write before the wave, `StateStore.save_lifecycle`). The write and its
+        fsyncs run in the writer's thread: a hung disk never stops the loop hearing the next event."""
         self._refresh_admission()
         life = self.lifecycle
-        intents, self._intents = self._intents, []
-        self.store.save_lifecycle(
+        self.runner.writer.save(self.store.lifecycle_change(
             life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
-            intents=intents, last_dry_run=life.rehearsed, written=self.runner.persisted.set, durable=False,
-            ended=life.ended, ended_at=life.ended_at,
-        )  # fmt: skip
-        self.runner.writer.sync_soon()  # the fsyncs off the loop: a hung disk must not stop it hearing events
-        self.reporter.persistence()  # guarded, as every output below
+            intents=[intent for order in orders for intent in self._intents(order)],
+            last_dry_run=life.rehearsed, ended=life.ended, ended_at=life.ended_at,
+        ))  # fmt: skip
         self.recorder.seen(life)  # after the state file: the history never delays a signal
         self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end
         with self.outputs.guarded(Output.METRICS):
@@ -408,15 +411,15 @@ class Daemon:
             if waiting:
                 self._apply(waiting)
                 return
-        if active is not None:
-            self._start_drain(RESUMED, active.deadline, resume=True)
-        self._changed()
-        if active is not None:
+        order = None if active is None else self._drain_order(RESUMED, active.deadline, resume=True)
+        self._changed(() if order is None else (order,))
+        if active is not None and order is not None:
+            self.runner.start(order)
             self.telling.tell(DrainResumed(active, self.clock.wall()))
             self.telling.tell(DrainStarted(RESUMED, active.deadline))
 
-    def _start_drain(self, cause: str, deadline: float, resume: bool) -> None:
-        """Run the lifecycle's current drain. `resume` (or a late-arrival drain): the signals of this
+    def _drain_order(self, cause: str, deadline: float, resume: bool) -> DrainOrder:
+        """The lifecycle's current drain, to run. `resume` (or a late-arrival drain): the signals of this
         event's earlier drains, on file, still count. Tells nothing: the `DrainStarted` moment does, after."""
         self._refresh_admission()
         already: dict[ProcessIdentity, dict[int, float]] = {}  # each signal and when it went (the file's)
@@ -427,9 +430,6 @@ class Daemon:
             sent.setdefault(int(signal.Signals[record.signal]), self._to_mono(at))
         self._next_progress = self.clock.monotonic() + self.progress_interval
         first = self.runner.first_wave(self._to_mono(deadline))
-        if self.runner.admit:  # their intents go with the drain's state (_changed): one write before the wave
-            ask = self.policy.ladder.ask.name
-            self._intents = [(h.identity, ask, h.name) for h in first if h.identity not in already]
         started = (
             None if active is None else self.clock.monotonic() - max(0.0, self.clock.wall() - active.started)
         )
@@ -439,12 +439,20 @@ class Daemon:
             possibly_signalled=self.newcomers.possibly_signalled, started=started,
             drain_id=active.drain_id if active else "",
         )  # fmt: skip
-        self.runner.start(DrainOrder(
+        return DrainOrder(
             cause, plan, deadline, tuple(active.event_ids) if active else (), first,
             active.started if active else None,
             tuple(s for s in on_file if active and s.intent_at >= active.started),  # its own, not earlier
             self._previous(active),
-        ))  # fmt: skip
+        )  # fmt: skip
+
+    def _intents(self, order: DrainOrder) -> list[tuple[ProcessIdentity, int | str, str]]:
+        """The intents of a drain's first wave, which go in the write of the drain's own state: one write
+        before the wave. None while newcomers are not admitted: the drain decides then, and writes its own."""
+        if not self.runner.admit:
+            return []
+        ask, already = order.plan.ladder.ask.name, order.plan.already_signalled
+        return [(h.identity, ask, h.name) for h in order.first_wave if h.identity not in already]
 
     def _previous(self, active: ActiveDrain | None) -> DrainRecord | None:
         """A reopened drain's record from when it ended in this run: it goes on from there."""
@@ -460,12 +468,9 @@ class Daemon:
         self.index.refresh_soon()
         if record is None:
             if self.lifecycle.drain is not None and not self.stop.is_set():
-                self._start_drain(RETRY, self.lifecycle.drain.deadline, resume=True)
-                # Nothing changed since the failed attempt: its state is on disk already, so the retry's
-                # first signal must not wait PERSIST_WAIT for a write that is not coming (the drain writes
-                # its first wave's intents, as every later wave's).
-                self._intents = []
-                self.runner.persisted.set()
+                # Nothing changed since the failed attempt: its state is queued or on disk already, and the
+                # retry writes its first wave's intents ahead itself, as every later wave's.
+                self.runner.start(self._drain_order(RETRY, self.lifecycle.drain.deadline, resume=True))
             return
         self.last_record = record
         outcome = record.outcome or Outcome.INTERRUPTED
@@ -532,6 +537,9 @@ class Daemon:
                 "stopping: state saved" + (", drain resumes on start" if self.runner.running else "")
             )
         self.runner.join(timeout=1.5)
+        if not self.runner.writer.flush(1.0):  # the last state, in place before the process ends
+            with self.outputs.guarded(Output.LOG):
+                log.error("stopping with the state file's last writes not done: the disk is stuck")
         self.watcher.join(timeout=1.0)
         with self.outputs.guarded(Output.HOOKS):
             self.hooks.close(0.5)

@@ -46,7 +46,7 @@ log = logging.getLogger("tpu-watchdog")
 
 RESCAN_INTERVAL = 1.0  # s between scans while an event is on: a drain's rescans, and the late-arrival watch
 FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
-PERSIST_WAIT = 5.0  # longest a drain's first signal waits for the state file (a stuck disk must not stop it)
+FLUSH_WAIT = 5.0  # longest a drain's end waits for its state-file writes (a stuck disk must not stop it)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,6 @@ class DrainRunner(DrainListener):
         self._done, self._published, self._scanned = done, published, scanned
         self.writer = StateWriter(store, persistence_changed)  # the waves' writes, off the signal path
         self.cancel = threading.Event()
-        self.persisted = threading.Event()  # set once the current drain's own state is on disk
         self.thread: threading.Thread | None = None
         self.deadline_mono = 0.0
         self._admit = True
@@ -136,10 +135,9 @@ class DrainRunner(DrainListener):
         self.cancel.clear()
         self.deadline_mono = order.plan.deadline or 0.0  # never None (DrainOrder)
         self._order = order
-        # The drain thread scans while the loop writes the new state (two slow things at once); its first
-        # write-ahead waits until that state is on disk, so a crash in between can never leave a signal
-        # recorded for a drain the state file does not know.
-        self.persisted = threading.Event()
+        # The loop has queued the write of the drain's own state (`StateWriter.save`) before this: the
+        # drain's first write-ahead comes after it in the writer's queue, so a crash in between can never
+        # leave a signal recorded for a drain the state file does not know.
         self.thread = threading.Thread(target=self._run, args=(order,), name="drain", daemon=True)
         self.thread.start()
 
@@ -179,9 +177,9 @@ class DrainRunner(DrainListener):
         return self.clock.monotonic() - (self.clock.wall() - wall)
 
     def _flush(self) -> None:
-        if not self.writer.flush(PERSIST_WAIT):
+        if not self.writer.flush(FLUSH_WAIT):
             with self.outputs.guarded(Output.LOG):
-                log.error("the drain's state-file writes are not done after %.0f s", PERSIST_WAIT)
+                log.error("the drain's state-file writes are not done after %.0f s", FLUSH_WAIT)
 
     def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
         plan = order.plan
@@ -241,10 +239,7 @@ class DrainRunner(DrainListener):
     # -- the drain's listener (called in the drain thread) ------------------------------------------------
 
     def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
-        """Write-ahead for a wave of signals: one write, after the drain's own state is on disk."""
-        if not self.persisted.wait(timeout=PERSIST_WAIT):
-            with self.outputs.guarded(Output.LOG):
-                log.error("the state file was not written within %.0f s; signalling anyway", PERSIST_WAIT)
+        """Write-ahead for a wave of signals: one write, after the drain's own state (the writer's queue)."""
         if not self.writer.intents([(i, signum, _name(record, i)) for i, signum in intents]):
             with self.outputs.guarded(Output.LOG):
                 log.error("the state file was not written within %.1f s; signalling anyway", WRITE_AHEAD_WAIT)

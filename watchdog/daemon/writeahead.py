@@ -1,4 +1,9 @@
-"""A drain's writes to the state file, in a thread of their own: a stuck disk never holds a signal back.
+"""The daemon's writes to the state file, in a thread of their own: a stuck disk never holds a signal back,
+nor the loop.
+
+The loop's writes of its lifecycle (`save`) and a drain's waves go through one queue, in the order they
+were asked for: a drain is started after the write of its own state is queued, so the file knows the drain
+before any of its signals, with no handshake between the two threads.
 
 A wave's intents (`intents`) are written ahead: the wave waits until the new file is in place (renamed into
 the state directory, in the page cache), at most `WRITE_AHEAD_WAIT`. What became of the signals (`sents`)
@@ -22,6 +27,7 @@ from collections.abc import Callable, Sequence
 
 from watchdog.core.process import ProcessIdentity
 from watchdog.store.coalesced import Coalesced
+from watchdog.store.records import SavedState
 from watchdog.store.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
@@ -58,6 +64,10 @@ class StateWriter:
 
         self._submit(job)
         return written.wait(wait)
+
+    def save(self, change: Callable[[SavedState], SavedState]) -> None:
+        """Queue the loop's write of its lifecycle (`StateStore.lifecycle_change`), never waited for."""
+        self._submit(lambda: self._store.apply(change, durable=False))
 
     def sents(self, sent: Sequence[tuple[ProcessIdentity, int, str]]) -> None:
         """Queue what became of a wave's signals (identity, signal, SignalResult value)."""

@@ -155,28 +155,53 @@ class StateStore:
         fsyncs here at all (the daemon's loop: `sync()` runs in a thread of its own, so a hung disk never
         stops the loop from hearing the next event). `ended`, `ended_at`: the drain that ended while its
         events are on, and when: a late arrival joins it, after a restart too."""
+        change = self.lifecycle_change(
+            events, drain, last_outcome, on_timeout=on_timeout, intents=intents, last_dry_run=last_dry_run,
+            ended=ended, ended_at=ended_at,
+        )  # fmt: skip
+        self._update(change, written, durable)
+
+    def lifecycle_change(
+        self,
+        events: Iterable[Event],
+        drain: ActiveDrain | None,
+        last_outcome: str | None,
+        *,
+        on_timeout: OnTimeout,
+        intents: Iterable[tuple[ProcessIdentity, int | str, str]] = (),
+        last_dry_run: bool = False,
+        ended: ActiveDrain | None = None,
+        ended_at: float | None = None,
+    ) -> Callable[[SavedState], SavedState]:
+        """What `save_lifecycle` writes, as a change to apply later (`apply`): the events and drains are
+        copied now, in the caller's thread, so the lifecycle may go on changing its own meanwhile."""
+        intents = list(intents)
         saved_events = tuple(replace(e, confirmed=False) for e in events)  # as a reload gives them back
         saved_drain = (
             None if drain is None else replace(drain, event_ids=list(drain.event_ids), cancelling=False)
         )
+        saved_ended = None if ended is None else replace(ended, event_ids=list(ended.event_ids))
 
         def change(state: SavedState) -> SavedState:
             new_drain = (
-                drain is not None
-                and not drain.late
-                and (state.drain is None or state.drain.started != drain.started)
+                saved_drain is not None
+                and not saved_drain.late
+                and (state.drain is None or state.drain.started != saved_drain.started)
             )
-            signals = () if new_drain or (not saved_events and drain is None) else state.signals
+            signals = () if new_drain or (not saved_events and saved_drain is None) else state.signals
             state = replace(
                 state, events=saved_events, drain=saved_drain, last_outcome=last_outcome, signals=signals,
-                on_timeout=on_timeout if drain is not None else DEFAULT_ON_TIMEOUT,
-                last_dry_run=last_dry_run and last_outcome is not None,
-                ended_drain=None if ended is None else replace(ended, event_ids=list(ended.event_ids)),
-                ended_at=ended_at if ended is not None else None,
+                on_timeout=on_timeout if saved_drain is not None else DEFAULT_ON_TIMEOUT,
+                last_dry_run=last_dry_run and last_outcome is not None, ended_drain=saved_ended,
+                ended_at=ended_at if saved_ended is not None else None,
             )  # fmt: skip
             return _with_intents(state, intents, self.clock.wall())
 
-        self._update(change, written, durable)
+        return change
+
+    def apply(self, change: Callable[[SavedState], SavedState], durable: bool = True) -> None:
+        """One change (`lifecycle_change`) applied to the state as it is then, and written."""
+        self._update(change, durable=durable)
 
     # -- signals (write-ahead) -------------------------------------------------------------------------
 
