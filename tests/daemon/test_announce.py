@@ -23,7 +23,7 @@ from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.announce import LogLines
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.telling import DeadlineGauge, SiteHooks, Telling
+from watchdog.daemon.telling import LifecycleGauges, SiteHooks, Telling
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
@@ -96,7 +96,7 @@ def test_an_event_with_a_deadline_past_year_9999_is_announced_not_raised(
     metrics = Metrics()
     notices = Notices(None, dict, SystemClock(), dry_run=False)
     subscribers = [
-        DeadlineGauge(metrics), LogLines(ladder_for(config.on_timeout), config.dry_run), notices,
+        LifecycleGauges(metrics), LogLines(ladder_for(config.on_timeout), config.dry_run), notices,
         SiteHooks(HookRunner.from_config(config), config.dry_run),
     ]  # fmt: skip
     telling = Telling(Outputs(metrics), Lifecycle(), subscribers)

@@ -3,18 +3,30 @@ nothing a real drain counts, nor sets the daemon's state to timed_out, across a 
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.daemon.test_view import view_of
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
+from watchdog.config.settings import default_config
+from watchdog.core.clock import SystemClock
+from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import host_fields
-from watchdog.core.vocabulary import FINISHED_OUTCOMES
+from watchdog.core.lifecycle import Lifecycle, Trigger
+from watchdog.core.moments import DrainEnded, moment_of
+from watchdog.core.vocabulary import FINISHED_OUTCOMES, Outcome
+from watchdog.daemon.outputs import Outputs
+from watchdog.daemon.recorder import DrainRecorder
 from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.store.history import HISTORY_FILE, load_entries
+from watchdog.store.statefile import StateStore
+from watchdog.surface.metrics import Metrics
 
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 
@@ -102,3 +114,33 @@ def test_each_entry_names_its_host_as_the_webhooks_do_with_what_is_known(
     assert entry["host"]["worker"] == "2"
     assert entry["host"]["slice_hosts"] == "4"  # the slice's hosts, from worker-network-endpoints
     assert "" not in entry["host"].values()  # only what is known
+
+
+def test_the_history_subscribes_a_drain_is_opened_when_told_started_and_written_when_told_ended(
+    tmp_path: Path,
+) -> None:
+    """The recorder hears the moments as every output does: the opening entry at `DrainStarted`, the
+    ended entry and its count at `DrainEnded`, from the drain as it was when it ended (the lifecycle has
+    none by then), and /status's `last_drain` from the recorder."""
+    store, metrics = StateStore(str(tmp_path)), Metrics()
+    config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
+    recorder = DrainRecorder(store, config, metrics, SystemClock(), Outputs(metrics))
+    life, now = Lifecycle(), time.time()
+    started = life.observe("maintenance-event", Trigger("maintenance-event", TERMINATE, 30.0), now)
+    drain, event = life.drain, life.drain_event()
+    assert drain is not None
+    for action in started:
+        recorder.told(moment_of(action), life)
+    opened = recorder.history.find(drain.drain_id)
+    assert opened is not None
+    assert opened["outcome"] is None
+    record = DrainRecord(0.0, now, 30.0, "kill", dry_run=False, outcome=Outcome.EXITED, ended=2.5)
+    life.drain_finished(Outcome.EXITED.value, now + 2.5)
+    assert life.drain is None
+    recorder.told(DrainEnded(record, event, drain, life.state.value, None), life)
+    ended = recorder.history.find(drain.drain_id)
+    assert ended is not None
+    assert (ended["outcome"], recorder.last_drain) == ("exited", ended)
+    assert metrics.registry.get_sample_value("tpu_watchdog_drains_total", {"outcome": "exited"}) == 1
+    assert recorder.current is None  # no drain runs now
+    assert view_of(life, SystemClock(), tmp_path, account=recorder).status()["last_drain"] == ended

@@ -3,15 +3,25 @@ stops neither the next subscriber nor the caller."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from watchdog.core.drain_record import DrainRecord, SignalResult
-from watchdog.core.lifecycle import CancelDrain, Event, EventStarted, Lifecycle, MoveDeadline, StartDrain
+from watchdog.core.lifecycle import (
+    ActiveDrain,
+    CancelDrain,
+    Event,
+    EventStarted,
+    Lifecycle,
+    StartDrain,
+    Trigger,
+)
 from watchdog.core.moments import DrainEnded, DrainStarted, Moment, ProcessSignalled, moment_of
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, Output
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.telling import DeadlineGauge, SignalCounter, SiteHooks, Telling
+from watchdog.daemon.telling import LifecycleGauges, SignalCounter, SiteHooks, Telling
 from watchdog.surface.hooks import HookContext, HookRunner
 from watchdog.surface.metrics import Metrics
 
@@ -56,13 +66,29 @@ def test_a_started_drain_is_told_as_its_cause_and_deadline() -> None:
     assert moment_of(CancelDrain("x")) == CancelDrain("x")  # the lifecycle's other actions, as they are
 
 
-def test_the_deadline_gauge_follows_the_drain_and_its_moves() -> None:
-    metrics = Metrics()
-    gauge = DeadlineGauge(metrics)
-    gauge.told(DrainStarted("preempted", 2000.0), Lifecycle())
-    assert metrics.registry.get_sample_value("tpu_watchdog_drain_deadline_timestamp_seconds") == 2000.0
-    gauge.told(MoveDeadline(1990.0, EVENT), Lifecycle())
-    assert metrics.registry.get_sample_value("tpu_watchdog_drain_deadline_timestamp_seconds") == 1990.0
+def test_the_state_and_deadline_gauges_follow_the_lifecycle_after_each_moment() -> None:
+    metrics, life = Metrics(), Lifecycle()
+    gauges = LifecycleGauges(metrics)
+
+    def shown() -> tuple[float | None, float | None]:
+        deadline = metrics.registry.get_sample_value("tpu_watchdog_drain_deadline_timestamp_seconds")
+        return metrics.registry.get_sample_value("tpu_watchdog_state", {"state": "draining"}), deadline
+
+    for action in life.observe("preempted", Trigger("preempted", "TRUE", 30.0), 1.8e9):
+        gauges.told(moment_of(action), life)
+    assert shown() == (1.0, 1.8e9 + 30)
+    for action in life.observe("preempted", Trigger("preempted", "TRUE", 10.0), 1.8e9 + 5):
+        gauges.told(moment_of(action), life)
+    assert shown() == (1.0, 1.8e9 + 15)  # moved
+    record = DrainRecord(0.0, 1.8e9, 15.0, "kill", dry_run=False, outcome=Outcome.EXITED)
+    ended = life.drain
+    life.drain_finished("exited", 1.8e9 + 6)
+    gauges.told(DrainEnded(record, EVENT, ended, life.state.value, None), life)
+    state, deadline = shown()
+    assert state == 0.0
+    assert deadline is not None
+    assert math.isnan(deadline)  # no drain
+    assert metrics.registry.get_sample_value("tpu_watchdog_state", {"state": "drained"}) == 1.0
 
 
 class Hooks(HookRunner):
@@ -79,7 +105,8 @@ def test_the_site_hooks_get_the_event_and_at_a_drains_end_its_outcome() -> None:
     site = SiteHooks(hooks, dry_run=True)
     site.told(EventStarted(EVENT), Lifecycle())
     record = DrainRecord(0.0, 1.8e9, 25.0, "kill", dry_run=True, outcome=Outcome.EXITED)
-    site.told(DrainEnded(record, EVENT, "d1", "drained", None), Lifecycle())
+    drain = ActiveDrain([EVENT.event_id], 1.8e9, 1.8e9 + 25)
+    site.told(DrainEnded(record, EVENT, drain, "drained", None), Lifecycle())
     site.told(DrainStarted("preempted", 1.0), Lifecycle())  # no hook for a drain's start
     assert [(name, c.event_source, c.outcome, c.dry_run) for name, c in hooks.ran] == [
         ("on_event_start", "preempted", "", True),

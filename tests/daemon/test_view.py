@@ -11,9 +11,11 @@ from prometheus_client import CollectorRegistry
 from tests.support.daemon_harness import FAST, MAINTENANCE, DaemonHarness
 from tests.support.workloads import Workloads
 from watchdog.config.settings import default_config
+from watchdog.core.clock import SystemClock
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Lifecycle, Trigger
-from watchdog.daemon.view import StatusView
+from watchdog.core.moments import moment_of
+from watchdog.daemon.view import DrainAccount, StatusView
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.transport import MetadataTransport
 from watchdog.metadata.watch import MetadataWatcher
@@ -32,7 +34,9 @@ class Clock:
         return self.now
 
 
-def view_of(life: Lifecycle, clock: Clock, tmp_path: Path) -> StatusView:
+def view_of(
+    life: Lifecycle, clock: Clock | SystemClock, tmp_path: Path, account: DrainAccount | None = None
+) -> StatusView:
     config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
     with FakeMetadataServer(listen="127.0.0.1:0") as fake:
         import threading
@@ -40,7 +44,7 @@ def view_of(life: Lifecycle, clock: Clock, tmp_path: Path) -> StatusView:
         watcher = MetadataWatcher(
             MetadataTransport(fake.address), lambda _: None, threading.Event(), timing=FAST
         )
-    return StatusView(config, clock, watcher, life, CollectorRegistry())
+    return StatusView(config, clock, watcher, life, CollectorRegistry(), account=account)
 
 
 def test_readiness_and_the_status_line_follow_the_lifecycle(tmp_path: Path) -> None:
@@ -48,7 +52,10 @@ def test_readiness_and_the_status_line_follow_the_lifecycle(tmp_path: Path) -> N
     view = view_of(life, clock, tmp_path)
     assert view.readiness() == (True, "ready")
     assert view.summary() == "idle: watching the metadata server"
-    life.observe("maintenance-event", TERMINATE, clock.now)
+    actions = life.observe("maintenance-event", TERMINATE, clock.now)
+    assert view.readiness() == (True, "ready")  # shown as told: the loop tells once it has acted
+    for action in actions:
+        view.told(moment_of(action), life)
     clock.now += 100
     ready, why = view.readiness()
     assert not ready
@@ -73,7 +80,8 @@ def test_liveness_fails_only_when_the_loop_stops_ticking(tmp_path: Path) -> None
 def test_status_names_the_drain_its_deadline_and_the_state_file(tmp_path: Path) -> None:
     life, clock = Lifecycle(), Clock()
     view = view_of(life, clock, tmp_path)
-    life.observe("maintenance-event", TERMINATE, clock.now)
+    for action in life.observe("maintenance-event", TERMINATE, clock.now):
+        view.told(moment_of(action), life)
     status = view.status()
     assert status["state"] == "draining"
     assert status["drain"]["deadline"] == clock.now + 300

@@ -18,6 +18,7 @@ from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.watch import WatchMode, WatchTiming
 from watchdog.store.statefile import StateStore
+from watchdog.surface.metrics import STATES
 from watchdog.surface.notify import Notifier
 
 MAINTENANCE = "instance/maintenance-event"
@@ -101,7 +102,9 @@ class DaemonHarness:
 
     @property
     def state(self) -> str:
-        return self.daemon.lifecycle.state.value
+        """The daemon's state as a scrape sees it (`tpu_watchdog_state`): set as the loop tells each moment,
+        after the history has counted a drain's end, so a test that waits for a state sees its count."""
+        return next((s for s in STATES if self.metric("tpu_watchdog_state", state=s) == 1), "")
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)

@@ -1,10 +1,10 @@
 """The moments of the daemon's story, as data: what the loop tells every output once it has acted.
 
-The loop acts (hands a drain over, moves a deadline, cancels), writes the state file, and only then emits
-the moment. Each output (the log, the deadline gauge, the webhooks, the site hooks: `daemon/telling.py`)
-subscribes and says it in its own form, so a moment is defined once here and told by each output alone.
-The lifecycle's own actions (`EventStarted`, `MoveDeadline`, `CancelDrain`, `EventCleared`) are moments as
-they are; a `StartDrain` is told as the `DrainStarted` it became. Pure.
+The loop acts (hands a drain over, moves a deadline, cancels), queues the state file's write, and only then
+emits the moment. Each output (the history, the log, the metrics, the webhooks, the site hooks:
+`daemon/telling.py`) subscribes and says it in its own form, so a moment is defined once here and told by
+each output alone. The lifecycle's own actions (`EventStarted`, `MoveDeadline`, `CancelDrain`,
+`EventCleared`) are moments as they are; a `StartDrain` is told as the `DrainStarted` it became. Pure.
 """
 
 from __future__ import annotations
@@ -100,9 +100,13 @@ class DrainProgress:
 class DrainEnded:
     record: DrainRecord  # its outcome set (a reopened drain's joined one)
     event: Event | None  # the event it served
-    drain_id: str
+    drain: ActiveDrain | None  # the lifecycle's drain as it was when it ended (None: the lifecycle had none)
     state: str  # the lifecycle's state after it
     deadline: float | None  # the lifecycle's drain deadline after it (a new drain's), for the hook
+
+    @property
+    def drain_id(self) -> str:
+        return self.drain.drain_id if self.drain is not None else ""
 
 
 Moment: TypeAlias = (

@@ -50,6 +50,7 @@ from watchdog.core.moments import (
     DrainProgress,
     DrainResumed,
     DrainStarted,
+    Moment,
     moment_of,
 )
 from watchdog.core.process import Holder, ProcessIdentity
@@ -69,7 +70,7 @@ from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
 from watchdog.daemon.sighup import ReloadAsked
-from watchdog.daemon.telling import DeadlineGauge, SignalCounter, SiteHooks, Telling
+from watchdog.daemon.telling import LifecycleGauges, SignalCounter, SiteHooks, SystemdStatus, Telling
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.host.devices import DeviceSet
@@ -144,12 +145,13 @@ class Daemon:
             saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run,
             saved.ended_drain, saved.ended_at,
         )  # fmt: skip
-        self.view = StatusView(config, self.clock, self.watcher, self.lifecycle, metrics.registry)
         self.recorder = DrainRecorder(
-            store, config, metrics, self.clock, saved, self.lifecycle, host=lambda: self.view.host,
-            outputs=self.outputs,
-        )  # fmt: skip
-        self.view.history, self.view.live_entry = self.recorder.history, self.recorder.live
+            store, config, metrics, self.clock, outputs=self.outputs, host=lambda: self.view.host
+        )
+        self.view = StatusView(
+            config, self.clock, self.watcher, self.lifecycle, metrics.registry, account=self.recorder
+        )
+        self.recorder.restored(saved, self.lifecycle)  # the drain on file that will not be resumed
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action, self.outputs)
         self._identity = identity
         self.notice_timing = NoticeTiming(
@@ -157,7 +159,8 @@ class Daemon:
         )
         self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
         self.telling = Telling(self.outputs, self.lifecycle, [
-            DeadlineGauge(metrics), SignalCounter(metrics), LogLines(self.policy.ladder, config.dry_run),
+            self.recorder, LifecycleGauges(metrics), SignalCounter(metrics), self.view,
+            SystemdStatus(notifier, self.view.summary), LogLines(self.policy.ladder, config.dry_run),
             self.notices, SiteHooks(hooks, config.dry_run),
         ])  # fmt: skip
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
@@ -362,12 +365,13 @@ class Daemon:
 
     # -- actions of the lifecycle --------------------------------------------------------------------
 
-    def _apply(self, actions: list[Action]) -> None:
+    def _apply(self, actions: list[Action], told_first: Sequence[Moment] = ()) -> None:
         """Act, persist, tell: the state file's write is queued and every drain handed to its thread before
         the first log line, notice, hook or metric of the step, none of which can raise here (`Outputs`).
         A drain starts after its own state's write is queued (`StateWriter`: one queue, so the file knows
-        the drain before any of its signals); a step never both starts a drain and moves or cancels one."""
-        if not actions:
+        the drain before any of its signals); a step never both starts a drain and moves or cancels one.
+        `told_first`: what the step itself was (a drain ended), told before the actions it led to."""
+        if not actions and not told_first:
             return
         orders: list[DrainOrder] = []
         for action in actions:
@@ -380,8 +384,8 @@ class Daemon:
         self._changed(orders)
         for order in orders:
             self.runner.start(order)
-        for action in actions:
-            self.telling.tell(moment_of(action))
+        for moment in (*told_first, *map(moment_of, actions)):
+            self.telling.tell(moment)
 
     def _changed(self, orders: Sequence[DrainOrder] = ()) -> None:
         """Persist, then show: the state file's write is queued first, with the intents of each new drain's
@@ -394,14 +398,7 @@ class Daemon:
             intents=[intent for order in orders for intent in self._intents(order)],
             last_dry_run=life.rehearsed, ended=life.ended, ended_at=life.ended_at,
         ))  # fmt: skip
-        self.recorder.seen(life)  # after the state file: the history never delays a signal
         self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end
-        with self.outputs.guarded(Output.METRICS):
-            self.metrics.set_state(self.lifecycle.state.value)
-            if self.lifecycle.drain is None:
-                self.metrics.set_deadline(None)
-        with self.outputs.guarded(Output.NOTIFY):
-            self.notifier.status(self.view.summary())
 
     def _resume(self) -> None:
         """An unfinished drain goes on, with its deadline and signals; an undrained event gets its drain."""
@@ -477,19 +474,13 @@ class Daemon:
         if outcome is Outcome.INTERRUPTED:
             return  # the daemon is stopping: the state file keeps the drain for the next start
         drain, event = self.lifecycle.drain, self.lifecycle.drain_event()
-        drain_id = drain.drain_id if drain else ""
         if drain is not None and drain.late:  # reopened: the first end's outcome, unless this one tells more
             outcome = Outcome(joined_outcome(self.lifecycle.last_outcome, outcome.value))
             record.outcome = outcome
             self.last_record = record
-        self.view.last_drain = self.recorder.finished(record, outcome, self.lifecycle)
         waiting = self.lifecycle.drain_finished(outcome.value, self.clock.wall(), rehearsed=record.dry_run)
-        state, deadline = self.lifecycle.state.value, self._deadline()
-        if waiting:
-            self._apply(waiting)  # an event that started while this drain was being cancelled
-        else:
-            self._changed()
-        self.telling.tell(DrainEnded(record, event, drain_id, state, deadline))  # after: a new drain first
+        ended = DrainEnded(record, event, drain, self.lifecycle.state.value, self._deadline())
+        self._apply(waiting, told_first=(ended,))  # waiting: an event that came while it was being cancelled
 
     def _deadline(self) -> float | None:
         return self.lifecycle.drain.deadline if self.lifecycle.drain else None

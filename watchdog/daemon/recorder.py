@@ -1,8 +1,9 @@
 """The daemon's account of its drains: the history (`store/history.py`) and the drain counters.
 
-A drain enters the history when it starts (written after the state file, so it never delays a signal) and
-again when it ends, each time with the host's identity as far as it is known then (`host`). A drain the
-daemon cannot finish is written from what the state file kept: one being cancelled when the daemon stopped
+A subscriber (`daemon/telling.py`): a drain enters the history when it is told started (after the loop has
+queued the state file's write, so it never delays a signal) and again when it is told ended, each time
+with the host's identity as far as it is known then (`host`). A drain the daemon cannot finish is written
+from what the state file kept (`restored`, at start): one being cancelled when the daemon stopped
 (`Lifecycle.restored` ends it) and one of a previous boot (the host went down mid-drain). A rehearsal (dry
 run) is recorded like any drain, with `dry_run: true`, and counted apart
 (`tpu_watchdog_dry_run_drains_total`): it is never a real outcome in `tpu_watchdog_drains_total`, so no
@@ -21,6 +22,7 @@ from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import host_fields, host_labels
 from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle
+from watchdog.core.moments import DrainEnded, Moment
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, Output, WatchedKey
 from watchdog.daemon.outputs import Outputs
@@ -51,12 +53,13 @@ def alive(identity: ProcessIdentity) -> bool:
 
 
 class DrainRecorder:
+    output = Output.HISTORY  # what its failures are counted as
+
     def __init__(
-        self, store: StateStore, config: Config, metrics: Metrics, clock: Clock, saved: SavedState,
-        lifecycle: Lifecycle, outputs: Outputs, host: Callable[[], Mapping[str, str]] = dict,
+        self, store: StateStore, config: Config, metrics: Metrics, clock: Clock, outputs: Outputs,
+        host: Callable[[], Mapping[str, str]] = dict,
     ) -> None:  # fmt: skip
-        """The history of `store`'s directory; the drain `saved` had that `lifecycle` will not resume is
-        written to it at once (see `restored`). `host`: the identity's labels as known now (`StatusView`);
+        """The history of `store`'s directory. `host`: the identity's labels as known now (`StatusView`);
         each entry names its host by them (the fields of a webhook's `host`, the known ones)."""
         self.store, self.config, self.metrics, self.clock, self.host = store, config, metrics, clock, host
         self.outputs = outputs
@@ -66,9 +69,17 @@ class DrainRecorder:
         )
         self._recorded: str | None = None  # the drain whose start is in the history (checked once)
         self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
+        self.last_drain: dict[str, object] | None = None  # the entry of the last drain ended in this run
         self._next_retry = 0.0
         metrics.dry_run.set(1 if config.dry_run else 0)
-        self.restored(saved, lifecycle)
+
+    def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
+        """A drain that ended is written down and counted; the running drain's facts follow every moment
+        (its deadline moved, an event joined it), and a new one gets its opening entry."""
+        if isinstance(moment, DrainEnded) and moment.drain is not None:
+            outcome = moment.record.outcome or Outcome.INTERRUPTED
+            self.last_drain = self.finished(moment.record, outcome, moment.drain, lifecycle)
+        self.seen(lifecycle)
 
     def host_labels(self) -> Mapping[str, str]:
         """Who this host is, for a notice: as learned, or (not answered yet since a restart) as the running
@@ -94,7 +105,7 @@ class DrainRecorder:
         self._persisted()
 
     def seen(self, lifecycle: Lifecycle) -> None:
-        """After each state write: a drain not yet in the history gets its opening entry."""
+        """A drain not yet in the history gets its opening entry."""
         self._guarded(self._seen, lifecycle)
 
     def _seen(self, lifecycle: Lifecycle) -> None:
@@ -117,16 +128,15 @@ class DrainRecorder:
         return None
 
     def finished(
-        self, record: DrainRecord, outcome: Outcome, lifecycle: Lifecycle
+        self, record: DrainRecord, outcome: Outcome, drain: ActiveDrain, lifecycle: Lifecycle
     ) -> dict[str, object] | None:
         """A drain ended (not interrupted): write it down (a reopened drain's entry is rewritten, by its
         id), then count it where it belongs (whoever sees the counter move finds the drain in the history).
         A drain is counted once, when it first ends: a reopened one (a late arrival joined it) is not
         counted again, whatever its second end. Returns the entry written (what `/status` shows as
-        `last_drain`), or None when none could be."""
-        drain = lifecycle.drain
-        counted = drain is not None and drain.late and self._ended_before(drain.drain_id)
-        entry = None if drain is None else self._guarded(self._write_finished, drain, record, lifecycle)
+        `last_drain`), or None when none could be. `drain`: as it was when it ended."""
+        counted = drain.late and self._ended_before(drain.drain_id)
+        entry = self._guarded(self._write_finished, drain, record, lifecycle)
         if counted:
             return entry
         with self.outputs.guarded(Output.METRICS):

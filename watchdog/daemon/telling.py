@@ -1,27 +1,30 @@
 """Outputs subscribe: the loop emits each moment of the story (`core/moments.py`) once, and every output
 that says it subscribes here. Signal first, then tell: a moment is emitted after the loop has acted and
-written the state file, and each subscriber runs inside its own guard (`Outputs`), so one that fails
-neither stops the next nor reaches the loop; none of them waits (hooks and webhooks run on threads of
-their own).
+queued the state file's write, and each subscriber runs inside its own guard (`Outputs`), so one that
+fails neither stops the next nor reaches the loop; none of them waits (the history, hooks and webhooks
+write or run on threads of their own).
 
-The subscribers, in the order they are told: the deadline gauge and the signal counter (metrics), the log
-lines (`daemon/announce.py`), the webhook notices (`daemon/notices.py`) and the site hooks. The loop and
-the drain's thread both tell, so every subscriber is safe to call from either.
+The subscribers, in the order they are told: the history and its drain counters (`daemon/recorder.py`),
+the state and deadline gauges and the signal counter (metrics), /status (`daemon/view.py`) and systemd's
+STATUS= line, the log lines (`daemon/announce.py`), the webhook notices (`daemon/notices.py`) and the
+site hooks. The loop and the drain's thread both tell, so
+every subscriber is safe to call from either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from watchdog.core.drain_record import SignalResult
 from watchdog.core.ladder import signal_name
-from watchdog.core.lifecycle import Event, EventCleared, EventStarted, Lifecycle, MoveDeadline
-from watchdog.core.moments import DrainEnded, DrainStarted, Moment, ProcessSignalled
+from watchdog.core.lifecycle import Event, EventCleared, EventStarted, Lifecycle
+from watchdog.core.moments import DrainEnded, HoldersFound, Moment, ProcessSignalled
 from watchdog.core.vocabulary import Outcome, Output
 from watchdog.daemon.outputs import Outputs
 from watchdog.surface.hooks import HookContext, HookRunner
 from watchdog.surface.metrics import Metrics
+from watchdog.surface.notify import Notifier
 
 
 class Subscriber(Protocol):
@@ -45,8 +48,11 @@ class Telling:
                 subscriber.told(moment, self.lifecycle)
 
 
-class DeadlineGauge:
-    """`tpu_watchdog_drain_deadline_timestamp_seconds`: set when a drain starts or its deadline moves."""
+class LifecycleGauges:
+    """`tpu_watchdog_state{state}` and `tpu_watchdog_drain_deadline_timestamp_seconds` (NaN: no drain): the
+    lifecycle as it is after each moment the loop tells. Told after the history, so a scrape that sees a
+    drain's end in the state sees it counted too. The drain thread's moments change neither: the lifecycle
+    is the loop's."""
 
     output = Output.METRICS
 
@@ -54,8 +60,10 @@ class DeadlineGauge:
         self.metrics = metrics
 
     def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
-        if isinstance(moment, (DrainStarted, MoveDeadline)):
-            self.metrics.set_deadline(moment.deadline)
+        if isinstance(moment, (HoldersFound, ProcessSignalled)):
+            return
+        self.metrics.set_state(lifecycle.state.value)
+        self.metrics.set_deadline(lifecycle.drain.deadline if lifecycle.drain is not None else None)
 
 
 class SignalCounter:
@@ -70,6 +78,20 @@ class SignalCounter:
     def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
         if isinstance(moment, ProcessSignalled) and moment.result is SignalResult.SENT and not moment.dry_run:
             self.metrics.signals_sent.labels(signal_name(moment.signum)).inc()
+
+
+class SystemdStatus:
+    """systemd's STATUS= line (`StatusView.summary`), after each moment the loop tells: told after /status,
+    so both say the same."""
+
+    output = Output.NOTIFY
+
+    def __init__(self, notifier: Notifier, summary: Callable[[], str]) -> None:
+        self.notifier, self.summary = notifier, summary
+
+    def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
+        if not isinstance(moment, (HoldersFound, ProcessSignalled)):
+            self.notifier.status(self.summary())
 
 
 class SiteHooks:

@@ -1,14 +1,17 @@
 """What the daemon shows: /status, /healthz, /readyz, systemd's STATUS line.
 
-The loop thread writes the daemon's facts here; HTTP threads read them. Each field is replaced whole (never
-mutated in place), so a reader sees either the old or the new value.
+A subscriber (`daemon/telling.py`): the lifecycle it shows is a copy taken as each moment is told, after the
+history has written the moment down, so /status never shows a drain ended that its `last_drain` does not
+have yet. The loop thread writes the daemon's other facts here; HTTP threads read them. Each field is
+replaced whole (never mutated in place), so a reader sees either the old or the new value.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -20,7 +23,9 @@ from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.metadata_values import WatchedValue
+from watchdog.core.moments import HoldersFound, Moment, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.vocabulary import Output
 from watchdog.metadata.watch import MetadataWatcher, WatchMode
 from watchdog.store.history import DrainHistory
 
@@ -32,8 +37,22 @@ METADATA_TOLERANCE = 180.0
 RECENT_DRAINS = 5  # drains /status carries (`tpu-watchdog history` has them all)
 
 
+class DrainAccount(Protocol):
+    """The daemon's account of its drains, as /status shows it (`DrainRecorder`, a subscriber)."""
+
+    history: DrainHistory
+    # The history entry of the last drain that ended in this run (`recent_drains`' shape); None until one
+    # has (a drain cut short by the daemon's stop has not), or when building its entry failed.
+    last_drain: dict[str, object] | None
+
+    def live(self, record: DrainRecord) -> dict[str, object] | None:
+        """The running drain as the history will show it."""
+
+
 class StatusView:
     """Implements the HTTP `Surface`: status, health and readiness from the daemon's current facts."""
+
+    output = Output.STATUS  # what its failures are counted as
 
     def __init__(
         self,
@@ -42,20 +61,20 @@ class StatusView:
         watcher: MetadataWatcher,
         lifecycle: Lifecycle,
         registry: CollectorRegistry,
+        account: DrainAccount | None = None,
     ) -> None:
+        """`lifecycle`: the loop's, as shown until the first moment is told. `account`: the history, and the
+        drains' entries in it (None: no history, a test's view)."""
         self.config = config
+        self.account = account
         self.clock = clock
         self.watcher = watcher
-        self.lifecycle = lifecycle
+        self.lifecycle = copy.deepcopy(lifecycle)  # replaced whole by `told`
         self.registry = registry
         self.values: dict[str, WatchedValue] = {}
         self.holders: list[Holder] = []
         self.devices: tuple[MatchedDevice, ...] = ()  # what the patterns matched at the last look, judged
         self.record: DrainRecord | None = None  # the drain in progress, as last published
-        # `last_drain`: the history entry of the last drain that ended in this run, the one the recorder
-        # wrote (`recent_drains`' shape); None until one has (a drain cut short by the daemon's stop has
-        # not), or when building its entry failed (counted as a history output error).
-        self.last_drain: dict[str, object] | None = None
         # Which host, slice and Multislice job this is, as far as known yet (daemon/identity.py): /status,
         # and for whatever reports an event elsewhere (history, webhooks) to say where it happened.
         self.identity = HostIdentity()
@@ -65,8 +84,6 @@ class StatusView:
         # /status `http`: where it listens (None until bound) and how many binds failed before
         self.http: dict[str, object] = {"listen": str(config.listen), "address": None, "error": None,
                                         "failed_binds": 0}  # fmt: skip
-        self.history: DrainHistory | None = None
-        self.live_entry: Callable[[DrainRecord], dict[str, object] | None] = lambda _: None
         self.webhooks: Callable[[], list[dict[str, object]]] = list  # each webhook, its URL redacted
         self._started = clock.wall()
         self._last_tick = clock.monotonic()
@@ -82,6 +99,11 @@ class StatusView:
 
     def drain_update(self, record: DrainRecord) -> None:
         self.record = record
+
+    def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
+        """The lifecycle as the loop left it; the drain thread's moments change none of it."""
+        if not isinstance(moment, (HoldersFound, ProcessSignalled)):
+            self.lifecycle = copy.deepcopy(lifecycle)
 
     def name_of(self, identity: ProcessIdentity) -> str:
         record = self.record
@@ -145,6 +167,7 @@ class StatusView:
         life = self.lifecycle
         now = self.clock.wall()
         record = self.record if life.drain is not None else None
+        account = self.account
         return {
             "version": __version__,
             "state": life.state.value,
@@ -157,11 +180,11 @@ class StatusView:
                 "deadline": life.drain.deadline,
                 "time_left": max(0.0, life.drain.deadline - now),
                 "on_timeout": self.config.on_timeout,
-                "processes": (self.live_entry(record) or {}).get("processes", []) if record else [],
+                "processes": (account.live(record) or {}).get("processes", []) if record and account else [],
             },
-            "recent_drains": self.history.recent(RECENT_DRAINS) if self.history else [],
+            "recent_drains": account.history.recent(RECENT_DRAINS) if account else [],
             "history_file": self._history_file(),
-            "last_drain": self.last_drain,
+            "last_drain": account.last_drain if account else None,
             "last_outcome": life.last_outcome,
             "devices": [device.to_dict() for device in self.devices],
             "holders": [
@@ -192,9 +215,9 @@ class StatusView:
         }
 
     def _history_file(self) -> dict[str, object]:
-        history = self.history
-        if history is None:
+        if self.account is None:
             return {"path": None, "persisted": True, "error": None}
+        history = self.account.history
         error = history.write_error
         return {
             "path": history.path,
