@@ -15,7 +15,7 @@ from watchdog.core.clock import SystemClock
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Lifecycle, Trigger
 from watchdog.core.moments import moment_of
-from watchdog.daemon.view import DrainAccount, StatusView
+from watchdog.daemon.view import Account, StatusView
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.transport import MetadataTransport
 from watchdog.metadata.watch import MetadataWatcher
@@ -35,7 +35,7 @@ class Clock:
 
 
 def view_of(
-    life: Lifecycle, clock: Clock | SystemClock, tmp_path: Path, account: DrainAccount | None = None
+    life: Lifecycle, clock: Clock | SystemClock, tmp_path: Path, account: Account | None = None
 ) -> StatusView:
     config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
     with FakeMetadataServer(listen="127.0.0.1:0") as fake:

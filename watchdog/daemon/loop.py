@@ -97,8 +97,11 @@ READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichev
 
 
 @dataclass(frozen=True)
-class DrainDone:
-    record: DrainRecord | None  # None: the drain itself failed (it is started again)
+class ThreadReturned:
+    """The drain's thread returned: the drain's record, for the loop to take (the `DrainEnded` moment is
+    told from it), or None: the attempt failed, and it is started again."""
+
+    record: DrainRecord | None
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class HoldersScanned:
     next due time (a holder gone before that would leave unsaid)."""
 
 
-Message: TypeAlias = WatchEvent | DrainDone | HoldersScanned | ReloadAsked  # what the inbox carries
+Message: TypeAlias = WatchEvent | ThreadReturned | HoldersScanned | ReloadAsked  # what the inbox carries
 
 
 class Daemon:
@@ -166,7 +169,7 @@ class Daemon:
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
             config, scanner=scanner, store=store, clock=self.clock, stop=stop,
-            done=lambda record: self.inbox.put(DrainDone(record)), published=self.view.drain_update,
+            done=lambda record: self.inbox.put(ThreadReturned(record)), published=self.view.drain_update,
             persistence_changed=self.reporter.persistence, outputs=self.outputs, tell=self.telling.tell,
             scanned=self.reporter.drain_scanned,
         )  # fmt: skip
@@ -263,7 +266,7 @@ class Daemon:
     def _handle(self, message: Message) -> None:
         if isinstance(message, HoldersScanned):
             return  # what it asks for, `_timers` does next (`_departures`)
-        if isinstance(message, DrainDone):
+        if isinstance(message, ThreadReturned):
             self._drain_done(message.record)
             return
         if isinstance(message, ReloadAsked):

@@ -37,7 +37,7 @@ METADATA_TOLERANCE = 180.0
 RECENT_DRAINS = 5  # drains /status carries (`tpu-watchdog history` has them all)
 
 
-class DrainAccount(Protocol):
+class Account(Protocol):
     """The daemon's account of its drains, as /status shows it (`DrainRecorder`, a subscriber)."""
 
     history: DrainHistory
@@ -61,7 +61,7 @@ class StatusView:
         watcher: MetadataWatcher,
         lifecycle: Lifecycle,
         registry: CollectorRegistry,
-        account: DrainAccount | None = None,
+        account: Account | None = None,
     ) -> None:
         """`lifecycle`: the loop's, as shown until the first moment is told. `account`: the history, and the
         drains' entries in it (None: no history, a test's view)."""
