@@ -18,7 +18,7 @@ from watchdog.core.clock import SystemClock
 from watchdog.core.drain_record import SignalResult
 from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import ActiveDrain, Event, EventStarted, Lifecycle
-from watchdog.core.moments import HoldersFound, ProcessSignalled
+from watchdog.core.moments import RESUMED, DrainStarted, HoldersFound, ProcessSignalled
 from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.announce import LogLines
 from watchdog.daemon.notices import Notices
@@ -138,4 +138,19 @@ def test_a_drains_first_line_says_whom_it_signals_and_a_reopened_one_only_the_ne
     assert reopened.startswith(
         "late arrival: reopened drain d1 (started 2027-01-15T07:59:00.000Z): 3 TPU holder(s) hold a device, "
         "SIGTERM now to the 1 not yet signalled"
+    )
+
+
+def test_a_resumed_drain_says_its_start_and_unchanged_deadline_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A drain on file that goes on after a restart is one `DrainStarted` (cause RESUMED): its line names
+    when it began and the deadline it keeps; a new drain's start says nothing here (HoldersFound does)."""
+    caplog.set_level(logging.INFO)
+    lines = LogLines(ladder_for("kill"), dry_run=False)
+    life = Lifecycle(drain=ActiveDrain(["e1"], 1.8e9, 1.8e9 + 300))
+    lines.told(DrainStarted(RESUMED, 1.8e9 + 300, 1.8e9 + 60), life)
+    lines.told(DrainStarted("maintenance-event", 1.8e9 + 300, 1.8e9 + 60), life)
+    (line,) = [r.getMessage() for r in said(caplog, "state_recovered")]
+    assert line == (
+        "resuming the drain started at 2027-01-15T08:00:00.000Z: deadline unchanged, "
+        "2027-01-15T08:05:00.000Z (in 240 s)"
     )

@@ -277,3 +277,33 @@ def test_failing_scans_neither_stop_the_daemon_nor_skip_the_drain(
     assert "procfs misbehaves" in caplog.text
     # The retried drain's state was on disk: its first signal did not wait for a write nobody makes.
     assert "was not written" not in caplog.text
+
+
+def test_a_drain_starts_only_after_the_write_of_its_own_state_is_queued(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """The state file knows a drain before any of its signals because of the writer's one queue: the loop
+    queues the drain's state, with its first wave's intents, and only then starts the drain's thread. The
+    other way round, the drain's first write-ahead could come first, and the drain's write (a new drain:
+    no signals yet) would drop what became of them."""
+    child = workloads.start("handled")
+    with DaemonHarness(state_dir, fake, workloads) as harness:
+        daemon, steps = harness.daemon, []
+        save, start = daemon.runner.writer.save, daemon.runner.start
+
+        def saving(change: object) -> None:
+            steps.append("save")
+            save(change)  # type: ignore[arg-type]
+
+        def starting(order: object) -> None:
+            steps.append("start")
+            start(order)  # type: ignore[arg-type]
+
+        daemon.runner.writer.save, daemon.runner.start = saving, starting  # type: ignore[method-assign]
+        fake.set(MAINTENANCE, TERMINATE)
+        assert child.popen.wait(timeout=10) == 0
+        harness.wait_state("drained")
+        assert steps[:2] == ["save", "start"], steps
+        intent = daemon.store.state.find(child.identity, 15)
+        assert intent is not None
+        assert intent.result == "sent"

@@ -130,7 +130,7 @@ def test_the_history_subscribes_a_drain_is_opened_when_told_started_and_written_
     drain, event = life.drain, life.drain_event()
     assert drain is not None
     for action in started:
-        recorder.told(moment_of(action), life)
+        recorder.told(moment_of(action, 1.8e9), life)
     opened = recorder.history.find(drain.drain_id)
     assert opened is not None
     assert opened["outcome"] is None

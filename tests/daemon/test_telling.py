@@ -62,8 +62,8 @@ def test_each_moment_reaches_every_subscriber_in_order_past_one_that_fails(
 
 def test_a_started_drain_is_told_as_its_cause_and_deadline() -> None:
     start = StartDrain(EVENT, started=1.8e9, deadline=1.8e9 + 25)
-    assert moment_of(start) == DrainStarted("preempted", 1.8e9 + 25)
-    assert moment_of(CancelDrain("x")) == CancelDrain("x")  # the lifecycle's other actions, as they are
+    assert moment_of(start, 1.8e9 + 1) == DrainStarted("preempted", 1.8e9 + 25, 1.8e9 + 1)
+    assert moment_of(CancelDrain("x"), 1.8e9) == CancelDrain("x")  # the lifecycle's other actions, as is
 
 
 def test_the_state_and_deadline_gauges_follow_the_lifecycle_after_each_moment() -> None:
@@ -75,10 +75,10 @@ def test_the_state_and_deadline_gauges_follow_the_lifecycle_after_each_moment() 
         return metrics.registry.get_sample_value("tpu_watchdog_state", {"state": "draining"}), deadline
 
     for action in life.observe("preempted", Trigger("preempted", "TRUE", 30.0), 1.8e9):
-        gauges.told(moment_of(action), life)
+        gauges.told(moment_of(action, 1.8e9), life)
     assert shown() == (1.0, 1.8e9 + 30)
     for action in life.observe("preempted", Trigger("preempted", "TRUE", 10.0), 1.8e9 + 5):
-        gauges.told(moment_of(action), life)
+        gauges.told(moment_of(action, 1.8e9), life)
     assert shown() == (1.0, 1.8e9 + 15)  # moved
     record = DrainRecord(0.0, 1.8e9, 15.0, "kill", dry_run=False, outcome=Outcome.EXITED)
     ended = life.drain
@@ -107,7 +107,7 @@ def test_the_site_hooks_get_the_event_and_at_a_drains_end_its_outcome() -> None:
     record = DrainRecord(0.0, 1.8e9, 25.0, "kill", dry_run=True, outcome=Outcome.EXITED)
     drain = ActiveDrain([EVENT.event_id], 1.8e9, 1.8e9 + 25)
     site.told(DrainEnded(record, EVENT, drain, "drained", None), Lifecycle())
-    site.told(DrainStarted("preempted", 1.0), Lifecycle())  # no hook for a drain's start
+    site.told(DrainStarted("preempted", 1.0, 0.5), Lifecycle())  # no hook for a drain's start
     assert [(name, c.event_source, c.outcome, c.dry_run) for name, c in hooks.ran] == [
         ("on_event_start", "preempted", "", True),
         ("on_drain_end", "preempted", "exited", True),

@@ -55,7 +55,7 @@ def test_readiness_and_the_status_line_follow_the_lifecycle(tmp_path: Path) -> N
     actions = life.observe("maintenance-event", TERMINATE, clock.now)
     assert view.readiness() == (True, "ready")  # shown as told: the loop tells once it has acted
     for action in actions:
-        view.told(moment_of(action), life)
+        view.told(moment_of(action, 1.8e9), life)
     clock.now += 100
     ready, why = view.readiness()
     assert not ready
@@ -81,7 +81,7 @@ def test_status_names_the_drain_its_deadline_and_the_state_file(tmp_path: Path) 
     life, clock = Lifecycle(), Clock()
     view = view_of(life, clock, tmp_path)
     for action in life.observe("maintenance-event", TERMINATE, clock.now):
-        view.told(moment_of(action), life)
+        view.told(moment_of(action, 1.8e9), life)
     status = view.status()
     assert status["state"] == "draining"
     assert status["drain"]["deadline"] == clock.now + 300

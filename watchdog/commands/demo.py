@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"4. maintenance is announced: {MAINTENANCE_EVENT.source} = {TERMINATE}")
         fake.set(MAINTENANCE_EVENT.path, TERMINATE)
         drained = (DaemonState.DRAINED, DaemonState.TIMED_OUT)
-        wait_until(lambda: daemon.lifecycle.state in drained, 60, "the drain")
+        wait_until(lambda: daemon.view.lifecycle.state in drained, 60, "the drain")  # as /status shows it
         code = trainer.wait(timeout=10)
 
         say("5. the checkpoint the job saved on SIGTERM")
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
 
         say(f"8. maintenance is over: {MAINTENANCE_EVENT.source} = {MaintenanceKind.NONE.value}")
         fake.set(MAINTENANCE_EVENT.path, MaintenanceKind.NONE.value)
-        wait_until(lambda: daemon.lifecycle.state is DaemonState.IDLE, 30, "the daemon to go idle")
+        wait_until(lambda: daemon.view.lifecycle.state is DaemonState.IDLE, 30, "the daemon to go idle")
         sys.stdout.write("the daemon is idle again and ready for the next event\n")
         stop.set()
         runner.join(timeout=5)

@@ -37,20 +37,14 @@ class DaemonStarted:
 
 
 @dataclass(frozen=True)
-class DrainResumed:
-    """A drain on file goes on after a restart, with its deadline."""
-
-    drain: ActiveDrain
-    now: float  # wall clock
-
-
-@dataclass(frozen=True)
 class DrainStarted:
-    """The lifecycle's drain was handed over: `cause` is the source of the event it serves, RESUMED (after a
-    restart) or RETRY (a failed attempt, started again: the same drain, already told)."""
+    """The lifecycle's drain was handed over: `cause` is the source of the event it serves, RESUMED (a
+    drain on file goes on after a restart, with its deadline) or RETRY (a failed attempt, started again:
+    the same drain, already told)."""
 
     cause: str
     deadline: float  # wall clock
+    now: float  # wall clock: when it was handed over (a resumed drain's line says its time left)
 
 
 @dataclass(frozen=True)
@@ -111,7 +105,6 @@ class DrainEnded:
 
 Moment: TypeAlias = (
     DaemonStarted
-    | DrainResumed
     | EventStarted
     | DrainStarted
     | HoldersFound
@@ -124,8 +117,8 @@ Moment: TypeAlias = (
 )
 
 
-def moment_of(action: Action) -> Moment:
-    """How the loop tells an action of the lifecycle it has carried out."""
+def moment_of(action: Action, now: float) -> Moment:
+    """How the loop tells an action of the lifecycle it has carried out (`now`: wall clock)."""
     if isinstance(action, StartDrain):
-        return DrainStarted(action.event.source, action.deadline)
+        return DrainStarted(action.event.source, action.deadline, now)
     return action

@@ -21,7 +21,7 @@ from watchdog.core.moments import (
     DaemonStarted,
     DrainEnded,
     DrainProgress,
-    DrainResumed,
+    DrainStarted,
     HoldersFound,
     Moment,
     ProcessSignalled,
@@ -52,8 +52,8 @@ class LogLines:
                 " (dry run: no signal will be sent)" if self.dry_run else "",
                 extra=fields("daemon_started", state=moment.state),
             )  # fmt: skip
-        elif isinstance(moment, DrainResumed):
-            drain = moment.drain
+        elif isinstance(moment, DrainStarted) and moment.cause == RESUMED and lifecycle.drain is not None:
+            drain = lifecycle.drain
             log.warning(
                 "resuming the drain started at %s: deadline unchanged, %s (%s)", utc_time(drain.started),
                 utc_time(drain.deadline), time_left(drain.deadline, moment.now),

@@ -48,7 +48,6 @@ from watchdog.core.moments import (
     DaemonStarted,
     DrainEnded,
     DrainProgress,
-    DrainResumed,
     DrainStarted,
     Moment,
     moment_of,
@@ -387,7 +386,8 @@ class Daemon:
         self._changed(orders)
         for order in orders:
             self.runner.start(order)
-        for moment in (*told_first, *map(moment_of, actions)):
+        now = self.clock.wall()
+        for moment in (*told_first, *(moment_of(action, now) for action in actions)):
             self.telling.tell(moment)
 
     def _changed(self, orders: Sequence[DrainOrder] = ()) -> None:
@@ -415,8 +415,7 @@ class Daemon:
         self._changed(() if order is None else (order,))
         if active is not None and order is not None:
             self.runner.start(order)
-            self.telling.tell(DrainResumed(active, self.clock.wall()))
-            self.telling.tell(DrainStarted(RESUMED, active.deadline))
+            self.telling.tell(DrainStarted(RESUMED, active.deadline, self.clock.wall()))
 
     def _drain_order(self, cause: str, deadline: float, resume: bool) -> DrainOrder:
         """The lifecycle's current drain, to run. `resume` (or a late-arrival drain): the signals of this
