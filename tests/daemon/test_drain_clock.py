@@ -34,6 +34,16 @@ class FakeClock:
     def wall(self) -> float:
         return 1.7e9 + self.now
 
+    def wait(self, timeout: float, look: Callable[[float], bool]) -> bool:
+        """Time passes only here: a look now, else the whole timeout, and a look then."""
+        if look(0.0):
+            return True
+        self.now += timeout
+        return look(0.0)
+
+    def spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        raise AssertionError("a drain under test starts no thread")
+
 
 class FakeWorld:
     """Signaller, exit waiter and scanner in one: processes live until the script says they exit."""
@@ -73,7 +83,6 @@ class FakeWorld:
         return set(self.watched)
 
     def wait(self, timeout: float) -> list[tuple[ProcessIdentity, ExitStatus]]:
-        self.clock.now += timeout  # time passes only here
         done = [(i, ExitStatus(code=0)) for i in self.exited if i in self.watched]
         self.exited = []
         for i, _ in done:

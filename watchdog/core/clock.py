@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -17,15 +19,34 @@ class Clock(Protocol):
         """Seconds since the epoch (what humans, state files and metrics see)."""
         ...
 
+    def wait(self, timeout: float, look: Callable[[float], bool]) -> bool:
+        """Wait until `look` finds something (True) or `timeout` s pass on this clock. `look(t)` waits up
+        to `t` real seconds on its own primitive (poll(2), a queue, an event) and says whether anything came.
+        Every timed wait that decides when the daemon acts (the loop's, the drain's, the index's) goes
+        through here, so a test's clock can run a whole daemon on its own time."""
+        ...
+
+    def spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """Start a daemon thread whose waits this clock drives (the drain, the holder index)."""
+        ...
+
 
 class SystemClock:
-    """The real clocks of this machine."""
+    """The real clocks of this machine: a wait is `look`'s own, once."""
 
     def monotonic(self) -> float:
         return time.monotonic()
 
     def wall(self) -> float:
         return time.time()
+
+    def wait(self, timeout: float, look: Callable[[float], bool]) -> bool:
+        return look(max(0.0, timeout))
+
+    def spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
 
 
 def utc_time(epoch: float, timespec: str = "milliseconds") -> str:

@@ -24,7 +24,7 @@ from watchdog.core.drain_record import DrainRecord
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.announce import PROGRESS_INTERVAL
-from watchdog.daemon.drain import DrainListener, Scanner, run_drain
+from watchdog.daemon.drain import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
 from watchdog.daemon.gpucheck import CrossChecked
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
@@ -74,6 +74,7 @@ class Wiring:
     progress_interval: float = PROGRESS_INTERVAL  # s between a drain's progress lines
     sys_root: str = SYS  # the sysfs tree that classifies device nodes (a fixture tree in tests)
     log_writer: LogWriter | None = None  # the daemon's log thread (`run`): its dropped lines are counted
+    processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None  # a drain's; None: pidfds (tests)
 
 
 @dataclass
@@ -93,7 +94,7 @@ class Built:
 def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = None) -> Built:
     """The daemon for `config`, stopped by `stop`. Raises StateDirError if the state dir is unusable."""
     wiring = wiring or Wiring()
-    store = wiring.store or StateStore(config.state_dir)
+    store = wiring.store or StateStore(config.state_dir, clock=wiring.clock)  # the daemon's one clock
     host = wiring.metadata_host or resolve_metadata_host(config.metadata_host, os.environ)
     transport = MetadataTransport(host)
     metrics = Metrics(error_kinds=[kind.value for kind in ErrorKind])
@@ -136,6 +137,7 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
         confirm_wait=wiring.confirm_wait,
         webhooks=senders(config.webhooks),
         progress_interval=wiring.progress_interval,
+        processes=wiring.processes,
     )
     if wiring.reloads is not None:
         wiring.reloads.forward(daemon.inbox.put)

@@ -181,13 +181,36 @@ class _Loop:
             elif core.wants_scan(self.clock.monotonic()):
                 self.act(self.rescan(), cancel, stop)
             else:
-                exited = self.exits.wait(self.wait_for())
+                exited = self.sleep(cancel, stop)
                 for identity, status in exited:
                     core.observe_exit(identity, status, self.clock.monotonic())
                 core.observe_time(self.clock.monotonic())
                 self.dirty = self.dirty or bool(exited) or core.done
             self.publish()
         self.publish(final=True)
+
+    def sleep(
+        self, cancel: threading.Event, stop: threading.Event
+    ) -> list[tuple[ProcessIdentity, ExitStatus]]:
+        """Wait on the clock for an exit, a change of what the drain reads (cancel, stop, the deadline,
+        admission: `wake` ends a real wait for it), or the next due time (`wait_for`)."""
+        exited: list[tuple[ProcessIdentity, ExitStatus]] = []
+        reads = self.reads()
+
+        def look(seconds: float) -> bool:
+            exited.extend(self.exits.wait(seconds))
+            return bool(exited) or stop.is_set() or cancel.is_set() or self.reads() != reads
+
+        self.clock.wait(self.wait_for(), look)
+        return exited
+
+    def reads(self) -> tuple[float | None, bool]:
+        """What the drain reads from its listener, as a look at whether it changed (a failing read is
+        noted on the drain's next turn, by `ask`)."""
+        try:
+            return self.listener.deadline(), self.listener.admits_newcomers()
+        except Exception:  # noqa: BLE001 - the turn's own read notes it; a look must not
+            return None, False
 
     def wait_for(self) -> float:
         """How long to sleep: until the drain's next due time or, with changes not yet published, the next

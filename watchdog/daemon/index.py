@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.drain import Scanner
@@ -37,18 +38,19 @@ class HolderIndex:
         interval: float = HOLDER_REFRESH,
         *,
         outputs: Outputs,
+        clock: Clock | None = None,
     ) -> None:
         self._scanner, self._publish, self._paused, self._stop = scanner, publish, paused, stop
         self._outputs = outputs  # a failed line or publish is counted there; the refreshes go on
-        self._interval = interval
+        self._interval, self._clock = interval, clock or SystemClock()  # the clock paces the refreshes
         self.seen: frozenset[int] = frozenset()  # the PIDs of the last published scan (`newcomers` skips)
         self.seen_after: int | None = None  # and the last PID allocated before it (`newcomers` starts there)
         self._wake = threading.Event()
         self._wake.set()  # the first refresh at once: a drain soon after start has an index
-        self._thread = threading.Thread(target=self._run, name="holder-index", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._thread = self._clock.spawn(self._run, "holder-index")
 
     def refresh_soon(self) -> None:
         """Refresh now, not in `interval` s (a drain ended: who holds a device has changed)."""
@@ -56,12 +58,12 @@ class HolderIndex:
 
     def join(self, timeout: float) -> None:
         self._wake.set()
-        if self._thread.ident is not None:
+        if self._thread is not None:
             self._thread.join(timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self._interval)
+            self._clock.wait(self._interval, self._wake.wait)
             self._wake.clear()
             if self._stop.is_set():
                 return

@@ -57,7 +57,7 @@ from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, sour
 from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
 from watchdog.daemon.departures import Departures
 from watchdog.daemon.devices import DeviceWatch
-from watchdog.daemon.drain import Scanner
+from watchdog.daemon.drain import ExitWaiter, Scanner, Signaller
 from watchdog.daemon.identity import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
@@ -134,6 +134,7 @@ class Daemon:
         confirm_wait: float = CONFIRM_WAIT,
         webhooks: WebhookSender | None = None,
         progress_interval: float = PROGRESS_INTERVAL,
+        processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None,  # None: pidfds (a test's world)
     ) -> None:
         self.config, self.stop, self.clock = config, stop, clock or SystemClock()
         self.policy = policy_from_config(config)
@@ -170,11 +171,13 @@ class Daemon:
             config, scanner=scanner, store=store, clock=self.clock, stop=stop,
             done=lambda record: self.inbox.put(ThreadReturned(record)), published=self.view.drain_update,
             persistence_changed=self.reporter.persistence, outputs=self.outputs, tell=self.telling.tell,
-            scanned=self.reporter.drain_scanned,
+            scanned=self.reporter.drain_scanned, processes=processes,
         )  # fmt: skip
         self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
-        self.index = HolderIndex(scanner, self._holders_scanned, busy, stop, outputs=self.outputs)
+        self.index = HolderIndex(
+            scanner, self._holders_scanned, busy, stop, outputs=self.outputs, clock=self.clock
+        )
         self.runner.known_pids = lambda: (self.index.seen, self.index.seen_after)  # new PIDs: first wave
         self._answered: set[str] = set()
         self.last_record: DrainRecord | None = None  # the last drain's record: a reopened one goes on
@@ -213,10 +216,7 @@ class Daemon:
         self._guarded(self.devices.check, self.clock.monotonic())  # at start: what is watched, or nothing
         while not self.stop.is_set():
             self.view.loop_ticked()
-            try:
-                message = self.inbox.get(timeout=self._sleep())
-            except queue.Empty:
-                message = None
+            message = self._receive(self._sleep())
             if message is not None:
                 self._guarded(self._handle, message)
             self._timers(self.clock.monotonic())
@@ -224,6 +224,20 @@ class Daemon:
             self._wedge_if_asked()
         self._shutdown()
         return EXIT_OK
+
+    def _receive(self, timeout: float) -> Message | None:
+        """The next message of the inbox, waited for on the daemon's clock (None: none came in time)."""
+        got: list[Message | None] = []
+
+        def look(seconds: float) -> bool:
+            try:
+                got.append(self.inbox.get(timeout=seconds))
+            except queue.Empty:
+                return False
+            return True
+
+        self.clock.wait(timeout, look)
+        return got[0] if got else None
 
     def _sleep(self) -> float:
         """How long the loop may wait for a message: until the earliest of `_due_times`, at most

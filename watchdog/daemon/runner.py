@@ -21,6 +21,7 @@ What the drain thread tells (its log lines, the signal counters, the state file'
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import signal
 import threading
@@ -34,7 +35,7 @@ from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRe
 from watchdog.core.moments import HoldersFound, Moment, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.drain import DrainListener, Scanner, run_drain
+from watchdog.daemon.drain import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
 from watchdog.host.exits import Wakeup
@@ -89,8 +90,11 @@ class DrainRunner(DrainListener):
         outputs: Outputs,
         tell: Callable[[Moment], None],
         scanned: Callable[[Sequence[Holder]], None] = lambda _: None,
+        processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None,
     ) -> None:
-        """`tell`: the moments of the drain's thread (each signal), to the outputs that subscribe."""
+        """`tell`: the moments of the drain's thread (each signal), to the outputs that subscribe.
+        `processes`: each drain's signaller and exit waiter (a test's scripted world); None: pidfds."""
+        self.processes = processes
         self.config, self.scanner, self.store = config, scanner, store
         self.outputs, self._tell = outputs, tell
         self.clock, self.stop = clock, stop
@@ -138,8 +142,7 @@ class DrainRunner(DrainListener):
         # The loop has queued the write of the drain's own state (`StateWriter.save`) before this: the
         # drain's first write-ahead comes after it in the writer's queue, so a crash in between can never
         # leave a signal recorded for a drain the state file does not know.
-        self.thread = threading.Thread(target=self._run, args=(order,), name="drain", daemon=True)
-        self.thread.start()
+        self.thread = self.clock.spawn(functools.partial(self._run, order), "drain")
 
     def finished(self) -> None:
         """The loop has taken the drain's result."""
@@ -162,9 +165,10 @@ class DrainRunner(DrainListener):
             else:
                 earlier = earlier_processes(order.on_file, holders, scan_first, self._to_mono)
             plan = replace(order.plan, scan_first=scan_first, started=started, earlier=earlier)
+            signaller, exits = self.processes() if self.processes else (None, None)
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
-                clock=self.clock, wake=self.wakeup,
+                clock=self.clock, signaller=signaller, exits=exits, wake=None if exits else self.wakeup,
             )  # fmt: skip
         except Exception:  # reported to the loop, which starts the drain again
             with self.outputs.guarded(Output.LOG):
@@ -229,7 +233,7 @@ class DrainRunner(DrainListener):
             except Exception:  # logged; tried again, then the drain attempt fails
                 with self.outputs.guarded(Output.LOG):
                     log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
-                if attempt + 1 == FIRST_SCAN_TRIES or self.stop.wait(0.2):
+                if attempt + 1 == FIRST_SCAN_TRIES or self.clock.wait(0.2, self.stop.wait):
                     raise
                 continue
             self._scanned(holders)  # its owner guards what it tells (`Reporter.drain_scanned`)
