@@ -132,6 +132,7 @@ def run_script(tmp_path: Path, fake: FakeMetadataServer, workloads: Workloads) -
         clock.sleep(8.0)
         world.exit_now(2)
         clock.sleep(7.0)
+        before = first.daemon.view.record  # the drain as the first daemon had it when it stopped
         drain_id = first.daemon.lifecycle.drain.drain_id  # type: ignore[union-attr]
         stop(first, thread)
         clock.sleep(5.0)  # the daemon is down: nothing of it waits
@@ -144,6 +145,7 @@ def run_script(tmp_path: Path, fake: FakeMetadataServer, workloads: Workloads) -
     (entry,) = [e for e in load_entries(str(state_dir / HISTORY_FILE)) if e["outcome"]]
     assert record is not None
     assert record.ended is not None
+    assert before is not None
     assert entry["id"] == drain_id
     outcome = record.outcome.value if record.outcome else None
     return {
@@ -161,6 +163,14 @@ def run_script(tmp_path: Path, fake: FakeMetadataServer, workloads: Workloads) -
             len(record.processes),
         ),
         "metric": round(duration, 3),
+        "ends before the restart": sorted(
+            (
+                p.name,
+                p.end.value if p.end else None,
+                None if p.ended_at is None else round(p.ended_at - event_at, 3),
+            )
+            for p in before.processes.values()
+        ),
     }
 
 
@@ -172,5 +182,11 @@ def test_a_drain_cut_by_a_restart_runs_on_the_injected_clock_to_the_millisecond(
     assert seen["record"] == (0.0, GRACE, "timed_out", 4)  # its start is the event's, not the restart's
     assert seen["history"] == (0.0, GRACE, "timed_out", ["exited", "exited", "exited", "killed"])
     assert seen["metric"] == GRACE
+    assert seen["ends before the restart"] == [
+        ("job0", "exited", 0.0),
+        ("job1", "exited", 0.0),
+        ("job2", "exited", 8.0),
+        ("job3", None, None),
+    ]
     fake.set(MAINTENANCE, "NONE")
     assert run_script(tmp_path / "two", fake, workloads) == seen  # the same script, the same times

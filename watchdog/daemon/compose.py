@@ -74,7 +74,7 @@ class Wiring:
     progress_interval: float = PROGRESS_INTERVAL  # s between a drain's progress lines
     sys_root: str = SYS  # the sysfs tree that classifies device nodes (a fixture tree in tests)
     log_writer: LogWriter | None = None  # the daemon's log thread (`run`): its dropped lines are counted
-    processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None  # a drain's; None: pidfds (tests)
+    processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None  # a test's world; None: pidfds
 
 
 @dataclass

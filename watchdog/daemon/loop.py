@@ -134,7 +134,7 @@ class Daemon:
         confirm_wait: float = CONFIRM_WAIT,
         webhooks: WebhookSender | None = None,
         progress_interval: float = PROGRESS_INTERVAL,
-        processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None,  # None: pidfds (a test's world)
+        processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None,  # a test's world; None: pidfds
     ) -> None:
         self.config, self.stop, self.clock = config, stop, clock or SystemClock()
         self.policy = policy_from_config(config)

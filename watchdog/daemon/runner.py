@@ -166,9 +166,10 @@ class DrainRunner(DrainListener):
                 earlier = earlier_processes(order.on_file, holders, scan_first, self._to_mono)
             plan = replace(order.plan, scan_first=scan_first, started=started, earlier=earlier)
             signaller, exits = self.processes() if self.processes else (None, None)
+            wake = self.wakeup if exits is None else None  # an injected waiter polls its own fds
             record = run_drain(
                 holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
-                clock=self.clock, signaller=signaller, exits=exits, wake=None if exits else self.wakeup,
+                clock=self.clock, signaller=signaller, exits=exits, wake=wake,
             )  # fmt: skip
         except Exception:  # reported to the loop, which starts the drain again
             with self.outputs.guarded(Output.LOG):
