@@ -143,8 +143,10 @@ def test_a_webhook_flag_is_warned_about_once_at_start_and_never_shown(tmp_path: 
 
 
 STOPPED_WHILE_STARTING = r"""
-import os, signal, sys
+import atexit, os, signal, sys
 from watchdog import cli
+
+atexit.register(lambda: sys.stderr.write("interpreter finalized\\n"))
 from watchdog.commands import run as command
 
 load = command.load_config_or_exit
@@ -167,6 +169,8 @@ def test_a_stop_while_starting_is_a_clean_exit_not_a_death_by_sigterm(tmp_path: 
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "stopped during start-up" in done.stderr
+    # Ended without the interpreter's finalization, which tore modules down under the daemon's threads.
+    assert "interpreter finalized" not in done.stderr
     assert "started" not in done.stderr.replace("stopped during start-up", "")
 
 

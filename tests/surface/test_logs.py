@@ -126,3 +126,34 @@ def test_a_json_line_keeps_a_traceback_made_where_it_was_logged() -> None:
     record = logging.LogRecord("tpu-watchdog", logging.ERROR, __file__, 1, "failed", None, None)
     record.exc_text = "Traceback (most recent call last):\nValueError: boom"
     assert json.loads(JsonLines().format(record))["exception"].endswith("ValueError: boom")
+
+
+class Utf8Only(logging.Handler):
+    """A stream that, as the journal does, sends each line and its fields as UTF-8 (and keeps the bytes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[bytes] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.sent.append(record.getMessage().encode("utf-8"))
+            self.sent.append(str(record.__dict__["TPU_WATCHDOG_PROCESS_NAME"]).encode("utf-8"))
+        except UnicodeEncodeError:
+            self.handleError(record)
+
+
+def test_a_process_name_that_is_not_utf8_goes_out_escaped_not_lost() -> None:
+    """psutil decodes such a name with surrogateescape: UTF-8 cannot carry it, and the line was lost."""
+    stream = Utf8Only()
+    writer = LogWriter(stream)
+    logger = logging.getLogger("tpu-watchdog.test-writer-3")
+    logger.propagate = False
+    logger.addHandler(writer)
+    name = b"tr\xffin".decode("utf-8", "surrogateescape")
+    try:
+        logger.warning("SIGTERM to pid 7 (%s): sent", name, extra={"TPU_WATCHDOG_PROCESS_NAME": name})
+        assert writer.flush_within(10)
+    finally:
+        logger.removeHandler(writer)
+    assert stream.sent == [b"SIGTERM to pid 7 (tr\\udcffin): sent", b"tr\\udcffin"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon_harness import MAINTENANCE, PREEMPTED, UPCOMING, DaemonHarness
+from tests.support.ports import port_held
 from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, Workloads
@@ -252,12 +253,13 @@ def test_metadata_server_down_for_30_s(
 ) -> None:
     address = fake.address
     fake.stop()
-    down_since = time.monotonic()
-    wait_for(lambda: errors(harness, "connection_refused") >= 3, what="connection refused")
-    while time.monotonic() - down_since < 30.0:  # the 30 s, checked all along
-        quiet_and_healthy(harness, holder)
-        time.sleep(0.5)  # pacing the checks, not synchronising: every iteration asserts
-    refused = errors(harness, "connection_refused")
+    with port_held(address):  # refused, never another test's fake on the freed port
+        down_since = time.monotonic()
+        wait_for(lambda: errors(harness, "connection_refused") >= 3, what="connection refused")
+        while time.monotonic() - down_since < 30.0:  # the 30 s, checked all along
+            quiet_and_healthy(harness, holder)
+            time.sleep(0.5)  # pacing the checks, not synchronising: every iteration asserts
+        refused = errors(harness, "connection_refused")
     with FakeMetadataServer(listen=address) as back:
         recovery = recover_then_drain_once(harness, holder, back)
     report("down 30 s", kind="connection_refused", errors_counted=int(refused), recovered_s=f"{recovery:.2f}")

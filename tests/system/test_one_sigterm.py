@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
+from tests.support.ports import port_held
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, Workloads
 from watchdog.core.lifecycle import ActiveDrain, Event
@@ -175,7 +176,10 @@ def test_with_the_metadata_server_unreachable_a_restart_carries_on_until_the_dea
     newcomer = workloads.start("report")
     address = fake.address
     fake.stop()  # nothing answers: the maintenance is then most likely still coming
-    with DaemonHarness(state_dir, fake, workloads, confirm_wait=1.0, wait_for_answers=False) as harness:
+    with (
+        port_held(address),
+        DaemonHarness(state_dir, fake, workloads, confirm_wait=1.0, wait_for_answers=False) as harness,
+    ):
         assert harness.fake.address == address  # still pointed at the stopped server
         newcomer.expect("term", timeout=20)  # after the bounded wait, as planned
         assert not harness.daemon.lifecycle.events["maintenance-event"].confirmed
@@ -187,7 +191,10 @@ def test_with_the_metadata_server_unreachable_past_the_deadline_nobody_new_is_si
     crashed_mid_event(state_dir, time.time() - 1.0, drained=True)
     newcomer = workloads.start("report")
     fake.stop()
-    with DaemonHarness(state_dir, fake, workloads, confirm_wait=0.5, wait_for_answers=False) as harness:
+    with (
+        port_held(fake.address),
+        DaemonHarness(state_dir, fake, workloads, confirm_wait=0.5, wait_for_answers=False) as harness,
+    ):
         wait_for(
             lambda: harness.daemon.newcomers.gave_up_waiting,
             what="the daemon to give up waiting for metadata",

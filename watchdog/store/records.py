@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
+from watchdog.core.text import valid_text
 from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, ON_TIMEOUT, DaemonState, OnTimeout, as_on_timeout
 
 FORMAT = "tpu-watchdog-state"
@@ -63,7 +64,7 @@ class _Reader:
         value = self._get(name)
         if not isinstance(value, str) or (not empty and not value):
             raise self._fail(name, "a non-empty string" if not empty else "a string", value)
-        return value
+        return valid_text(value)  # a process name that was not UTF-8 comes back escaped (core.text)
 
     def integer(self, name: str, minimum: int = 0) -> int:
         value = self._get(name)

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from watchdog.core.clock import utc_time
+from watchdog.core.text import valid_text
 from watchdog.core.workload import Workload
 
 # Stable identifiers of the key messages (never change them: dashboards and alerts filter on them).
@@ -126,10 +127,13 @@ class LogWriter(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            record.msg, record.args = record.getMessage(), None
+            record.msg, record.args = valid_text(record.getMessage()), None
             if record.exc_info:
-                record.exc_text = logging.Formatter().formatException(record.exc_info)
+                record.exc_text = valid_text(logging.Formatter().formatException(record.exc_info))
                 record.exc_info = None
+            for key, value in list(record.__dict__.items()):
+                if key.isupper() and isinstance(value, str):  # a journal field (a process's name)
+                    record.__dict__[key] = valid_text(value)
             self._queue.put_nowait(record)
         except queue.Full:
             self.dropped += 1

@@ -247,6 +247,14 @@ def dpkg(box: Container, *args: str, systemd: bool = True) -> subprocess.Complet
     return box.run(*prefix, "dpkg", *args, timeout=120, stdin="")
 
 
+def unit_log(box: Container) -> str:
+    """Why the unit is where it is, for a failed assertion: its result and exit, and its journal's end."""
+    result = show(box, "Result", "ExecMainCode", "ExecMainStatus")
+    journal = box.run("journalctl", "--no-pager", "-o", "short-monotonic", "-n", "40", "-u", UNIT,
+                      check=False)  # fmt: skip
+    return f"{result}\n{journal.stdout}"
+
+
 def package_file(deb: Path) -> str:
     return f"{DEB_DIR}/{deb.name}"
 
@@ -314,7 +322,7 @@ def test_install_starts_upgrade_restarts_and_keeps_the_config_purge_leaves_nothi
         # the purge), the config kept.
         dpkg(container, "--remove", "tpu-watchdog")
         gone = show(container, "ActiveState", "UnitFileState")
-        assert (gone["ActiveState"], gone["UnitFileState"]) == ("inactive", "masked"), gone
+        assert (gone["ActiveState"], gone["UnitFileState"]) == ("inactive", "masked"), unit_log(container)
         assert container.run("pgrep", "-f", "tpu-watchdog run", check=False).returncode == 1
         assert container.run("test", "-e", "/usr/lib/tpu-watchdog", check=False).returncode != 0
         assert container.run("cat", CONFIG).stdout == edited
@@ -329,6 +337,8 @@ def test_install_starts_upgrade_restarts_and_keeps_the_config_purge_leaves_nothi
 def test_without_systemd_the_unit_is_enabled_for_next_boot_and_nothing_starts(
     container: Container, deb: Path
 ) -> None:
+    # A unit left failed by an earlier test keeps that state through its purge: this test starts from none.
+    container.run("systemctl", "reset-failed", UNIT, check=False)
     before = snapshot(container)
     installed = dpkg(container, "--install", package_file(deb), systemd=False)
     try:
@@ -338,7 +348,11 @@ def test_without_systemd_the_unit_is_enabled_for_next_boot_and_nothing_starts(
         assert container.run("readlink", wants).stdout.strip().endswith(f"/systemd/system/{UNIT}")
         container.run("systemctl", "daemon-reload")
         state = show(container, "UnitFileState", "ActiveState")
-        assert (state["UnitFileState"], state["ActiveState"]) == ("enabled", "inactive"), (state, installed)
+        assert (state["UnitFileState"], state["ActiveState"]) == ("enabled", "inactive"), (
+            state,
+            installed,
+            unit_log(container),
+        )
         assert container.run("pgrep", "-f", "tpu-watchdog run", check=False).returncode == 1
     finally:
         dpkg(container, "--purge", "tpu-watchdog", systemd=False)
