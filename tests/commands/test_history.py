@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from watchdog.store.drain_entry import DrainFacts, open_entry
-from watchdog.store.history import HISTORY_FILE, DrainHistory
+from watchdog.store.history import HISTORY_FILE, HistoryFile
 
 REPO = Path(__file__).resolve().parents[2]
 START = 1_800_000_000.0
@@ -25,7 +25,7 @@ def history(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def drains(tmp_path: Path, n: int) -> None:
     (tmp_path / "state").mkdir()
-    book = DrainHistory(str(tmp_path / "state"))
+    book = HistoryFile(str(tmp_path / "state"))
     for i in range(n):
         facts = DrainFacts(
             f"drain-{i}", START + i * 3600, START + i * 3600 + 300, "instance/preempted", "TRUE"

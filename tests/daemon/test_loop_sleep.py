@@ -1,4 +1,5 @@
-"""How long the loop sleeps: until the earliest due time of its time-based decisions, at most LOOP_CEILING.
+"""How long the loop sleeps: until the earliest due time of its time-based decisions; one kept on the wall
+clock is looked at again every LOOP_CEILING.
 
 A real daemon (real fake metadata server, real state file) driven one turn at a time on a fake clock: each
 turn runs what is due (`_timers`), then asks how long the loop may wait for its next message (`_sleep`).
@@ -18,6 +19,7 @@ from tests.support.daemon_harness import MAINTENANCE, UPCOMING, DaemonHarness
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.metadata_values import parse_maintenance_event, parse_upcoming_maintenance
 from watchdog.daemon.departures import DEPARTURE_CHECK
+from watchdog.daemon.devices import DEVICE_CHECK
 from watchdog.daemon.loop import LOOP_CEILING, READY_WITHIN, Daemon, HoldersScanned
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.watch import ValueChanged
@@ -74,12 +76,36 @@ def window_in(clock: FakeClock, seconds: float) -> ValueChanged:
     return ValueChanged(UPCOMING, parse_upcoming_maintenance(body), clock.wall())
 
 
-def test_idle_it_sleeps_until_ready_is_due_then_the_ceiling(build: Any, clock: FakeClock) -> None:
+def device_check_in(daemon: Daemon, clock: FakeClock) -> float:
+    assert daemon.devices.next_due is not None
+    return daemon.devices.next_due - clock.monotonic()
+
+
+def test_idle_it_sleeps_until_ready_is_due_then_until_the_device_check(build: Any, clock: FakeClock) -> None:
     daemon = build()
     clock.advance(4.0)
     assert turn(daemon, clock) == pytest.approx(READY_WITHIN - 4.0)  # READY=1 goes then, answered or not
     clock.advance(READY_WITHIN - 4.0)
-    assert turn(daemon, clock) == LOOP_CEILING  # nothing due: only messages (or the ceiling) wake it
+    # Nothing else due: only messages and the device check wake it, no ceiling.
+    assert turn(daemon, clock) == pytest.approx(device_check_in(daemon, clock))
+    assert device_check_in(daemon, clock) > LOOP_CEILING
+    clock.advance(device_check_in(daemon, clock))
+    assert turn(daemon, clock) == pytest.approx(DEVICE_CHECK)
+
+
+def test_a_due_time_on_the_wall_clock_is_looked_at_again_every_ceiling(build: Any, clock: FakeClock) -> None:
+    """A SIGTERM 100 s before a window 700 s away is due in 600 s, on the wall clock: the loop looks
+    again every LOOP_CEILING, and a step of the wall clock (here 595 s ahead) is caught up then."""
+    daemon = build(maintenance_sigterm="before-window", maintenance_lead=100.0)
+    clock.advance(READY_WITHIN)
+    daemon._handle(window_in(clock, 700.0))
+    daemon._handle(ValueChanged(MAINTENANCE, parse_maintenance_event("TERMINATE_ON_HOST_MAINTENANCE"), 0))
+    assert turn(daemon, clock) == pytest.approx(LOOP_CEILING)
+    clock.epoch += 595.0  # the wall clock steps; the monotonic clock does not
+    assert turn(daemon, clock) == pytest.approx(5.0)
+    clock.advance(5.0)
+    turn(daemon, clock)
+    assert daemon.lifecycle.drain is not None
 
 
 def test_a_notice_put_off_until_before_its_window_wakes_the_loop_at_that_time(
@@ -131,7 +157,7 @@ def test_holders_are_looked_at_for_departures_every_departure_check(
 ) -> None:
     daemon = build()
     clock.advance(READY_WITHIN)
-    assert turn(daemon, clock) == LOOP_CEILING  # no holder: nothing to look at
+    assert turn(daemon, clock) == pytest.approx(device_check_in(daemon, clock))  # no holder to look at
     workloads.start("handled")
     daemon.index._publish(tuple(OwnScanner(workloads).scan().holders))  # what the index thread does
     assert isinstance(daemon.inbox.get_nowait(), HoldersScanned)  # the scan wakes the loop at once

@@ -21,7 +21,7 @@ from watchdog.core.lifecycle import Lifecycle, Trigger
 from watchdog.core.moments import DrainEnded, moment_of
 from watchdog.core.vocabulary import FINISHED_OUTCOMES, Outcome
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.recorder import DrainRecorder
+from watchdog.daemon.recorder import HistoryEntries
 from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.store.history import HISTORY_FILE, load_entries
@@ -124,7 +124,7 @@ def test_the_history_subscribes_a_drain_is_opened_when_told_started_and_written_
     none by then), and /status's `last_drain` from the recorder."""
     store, metrics = StateStore(str(tmp_path)), Metrics()
     config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
-    recorder = DrainRecorder(store, config, metrics, SystemClock(), Outputs(metrics))
+    recorder = HistoryEntries(store, config, metrics, SystemClock(), Outputs(metrics))
     life, now = Lifecycle(), time.time()
     started = life.observe("maintenance-event", Trigger("maintenance-event", TERMINATE, 30.0), now)
     drain, event = life.drain, life.drain_event()

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.store.test_history import entry, ids
-from watchdog.store.history import HISTORY_FILE, LOCK_FILE, DrainHistory, load_entries
+from watchdog.store.history import HISTORY_FILE, LOCK_FILE, HistoryFile, load_entries
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,13 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 DRILLS = r"""
 import sys
 from watchdog.core.clock import utc_text
-from watchdog.store.history import DrainHistory
+from watchdog.store.history import HistoryFile
 state_dir, count, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 print("go", flush=True)
 for n in range(count):
     drill = {"id": f"drill-{n}", "started": utc_text(start + n / 100), "outcome": "exited",
              "processes": []}
-    DrainHistory(state_dir, load=False).write(drill)
+    HistoryFile(state_dir, load=False).write(drill)
 """
 
 # Holds the history's lock until its stdin closes.
@@ -46,7 +46,7 @@ def python(code: str, *args: str, **kwargs: object) -> subprocess.Popen[str]:
 
 
 def test_a_drill_written_between_two_daemon_writes_survives_its_rotation(tmp_path: Path) -> None:
-    daemon = DrainHistory(str(tmp_path), keep=4)  # rotates past 6 lines
+    daemon = HistoryFile(str(tmp_path), keep=4)  # rotates past 6 lines
     daemon.append(entry(1))
     assert python(DRILLS, str(tmp_path), "1", "1800000001.5").wait(60) == 0  # after drain-1's start
     for n in range(2, 5):
@@ -59,7 +59,7 @@ def test_a_drill_written_between_two_daemon_writes_survives_its_rotation(tmp_pat
 
 
 def test_two_writers_at_once_lose_nothing(tmp_path: Path) -> None:
-    daemon = DrainHistory(str(tmp_path), keep=40)  # rotates past 60 lines of its own
+    daemon = HistoryFile(str(tmp_path), keep=40)  # rotates past 60 lines of its own
     drills = python(DRILLS, str(tmp_path), "15", "1800000000.5", stdout=subprocess.PIPE)
     assert drills.stdout is not None
     assert drills.stdout.readline() == "go\n"
@@ -74,7 +74,7 @@ def test_two_writers_at_once_lose_nothing(tmp_path: Path) -> None:
 
 
 def test_a_lock_held_elsewhere_fails_the_write_for_now_and_the_retry_writes_it(tmp_path: Path) -> None:
-    daemon = DrainHistory(str(tmp_path))
+    daemon = HistoryFile(str(tmp_path))
     holder = python(HOLDER, str(tmp_path), LOCK_FILE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None

@@ -52,7 +52,7 @@ from watchdog.exitcodes import (
 )
 from watchdog.store.drain_entry import DrainFacts, entry_from_record
 from watchdog.store.drain_text import totals
-from watchdog.store.history import HISTORY_FILE, DrainHistory
+from watchdog.store.history import HISTORY_FILE, HistoryFile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -261,7 +261,7 @@ def drill_entry(record: DrainRecord) -> dict[str, object]:
 def recorded(state_dir: str, entry: dict[str, object]) -> bool:
     """Append the drill to the history, and say in one line whether it is there and, if not, why."""
     try:
-        DrainHistory(state_dir, load=False).write(entry)
+        HistoryFile(state_dir, load=False).write(entry)
     except OSError as error:
         if error.errno == errno.ENOENT and not os.path.isdir(state_dir):
             why = f"{state_dir} does not exist (the daemon makes it; --state-dir names another)"

@@ -9,10 +9,10 @@ the history, metrics and sd_notify, each guarded by `Outputs`, so no output can 
 Threads: one per watched key (hanging GETs), one for a running drain, the holder index, the HTTP listener,
 the state writer and its syncer, hook runners. Only the loop thread changes the lifecycle; the others talk
 to it through `self.inbox`, which wakes it at once; otherwise it sleeps until its next time-based decision
-is due (`_due_times`: a notice's before-window SIGTERM, a watchdog ping, a rescan...), at most
-LOOP_CEILING. One `stop` event ends everything: the loop saves the state and returns within about a
-second, a drain in progress returns "interrupted" and is resumed, with the same deadline, by the next
-start.
+is due (`_due_times`: a notice's before-window SIGTERM, a watchdog ping, a rescan...); one kept on the
+wall clock is looked at again every LOOP_CEILING. One `stop` event ends everything: the loop saves the
+state and returns within about a second, a drain in progress returns "interrupted" and is resumed, with
+the same deadline, by the next start.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
 from watchdog.daemon.notice import NoticeTiming
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.recorder import DrainRecorder
+from watchdog.daemon.recorder import HistoryEntries
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
@@ -91,7 +91,7 @@ from watchdog.surface.webhooks import WebhookSender
 
 log = logging.getLogger("tpu-watchdog")
 
-LOOP_CEILING = 10.0  # s the loop sleeps at most when nothing is due sooner (a wall-clock step is caught up)
+LOOP_CEILING = 10.0  # s between looks at a due time kept on the wall clock (a wall-clock step is caught up)
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
 
 
@@ -148,7 +148,7 @@ class Daemon:
             saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run,
             saved.ended_drain, saved.ended_at,
         )  # fmt: skip
-        self.recorder = DrainRecorder(
+        self.recorder = HistoryEntries(
             store, config, metrics, self.clock, outputs=self.outputs, host=lambda: self.view.host
         )
         self.view = StatusView(
@@ -240,24 +240,29 @@ class Daemon:
         return got[0] if got else None
 
     def _sleep(self) -> float:
-        """How long the loop may wait for a message: until the earliest of `_due_times`, at most
-        LOOP_CEILING. An idle daemon so wakes for its messages and little else."""
+        """How long the loop may wait for a message: until the earliest of `_due_times`. A due time on the
+        wall clock (a notice's before-window SIGTERM) is looked at again every LOOP_CEILING at most, so a
+        step of the wall clock is caught up; an idle daemon, with none, wakes for its messages and its
+        monotonic due times alone (the device check every DEVICE_CHECK)."""
         now = self.clock.monotonic()
         try:
-            dues = [due - now for due in self._due_times(now) if due is not None]
+            monotonic, wall = self._due_times(now)
         except Exception:  # a bug in a due time: the ceiling then, and the loop goes on
             with self.outputs.guarded(Output.LOG):
                 log.exception("internal error in the loop's due times: the daemon carries on")
             return LOOP_CEILING
-        return max(0.0, min([LOOP_CEILING, *dues]))
+        dues = [due - now for due in monotonic if due is not None]
+        dues += [min(due - now, LOOP_CEILING) for due in wall if due is not None]
+        return max(0.0, min(dues, default=LOOP_CEILING))
 
-    def _due_times(self, now: float) -> list[float | None]:
-        """When each time-based decision of the loop (`run`, `_timers`) is next due, on the monotonic clock
-        (None: none pending). A decision missing here would be taken up to LOOP_CEILING late."""
+    def _due_times(self, now: float) -> tuple[list[float | None], list[float | None]]:
+        """When each time-based decision of the loop (`run`, `_timers`) is next due, as monotonic times
+        (None: none pending): those kept on the monotonic clock, then those kept on the wall clock. A
+        decision missing here would wait for the next message or due time."""
         offset = now - self.clock.wall()  # the wall times below, as monotonic ones
         wall = [self.notice_timing.next_due(now - offset), self.newcomers.next_due(now - offset)]
         life, running = self.lifecycle, self.runner.running
-        return [
+        monotonic = [
             None if self._ready_sent else self._ready_by,
             self._next_ping if self.notifier.watchdog_interval is not None else None,
             self.recorder.next_due(),
@@ -265,8 +270,8 @@ class Daemon:
             self._next_scan if not running and life.drain is None and life.events else None,
             self.departures.next_due(now),
             self.devices.next_due,
-            *(None if due is None else due + offset for due in wall),
         ]
+        return monotonic, [None if due is None else due + offset for due in wall]
 
     def _guarded(self, step: Callable[..., None], *args: object) -> None:
         """One step of the loop; a bug or an unexpected error in it is logged, and the loop goes on."""

@@ -35,7 +35,7 @@ from watchdog.store.drain_entry import (
     open_entry,
     rejoined,
 )
-from watchdog.store.history import DrainHistory
+from watchdog.store.history import HistoryFile
 from watchdog.store.records import SavedState
 from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
@@ -52,7 +52,9 @@ def alive(identity: ProcessIdentity) -> bool:
     return start_time(identity.pid) == identity.start_time
 
 
-class DrainRecorder:
+class HistoryEntries:
+    """The history's subscriber: each drain's entry (at its start and at its end) and its counters."""
+
     output = Output.HISTORY  # what its failures are counted as
 
     def __init__(
@@ -64,7 +66,7 @@ class DrainRecorder:
         self.store, self.config, self.metrics, self.clock, self.host = store, config, metrics, clock, host
         self.outputs = outputs
         # Written in a thread of its own, on the state file's disk: a hung disk never stops the loop.
-        self.history = DrainHistory(
+        self.history = HistoryFile(
             store.dir, clock=clock, background=True, fsync=store.fsync, changed=self._persisted
         )
         self._recorded: str | None = None  # the drain whose start is in the history (checked once)

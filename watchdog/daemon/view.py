@@ -27,7 +27,7 @@ from watchdog.core.moments import HoldersFound, Moment, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
 from watchdog.metadata.watch import MetadataWatcher, WatchMode
-from watchdog.store.history import DrainHistory
+from watchdog.store.history import HistoryFile
 
 LOOP_SILENT_AFTER = 30.0  # /healthz and /livez fail when the loop has not ticked for this long
 # /healthz fails when a watched key has had no good answer for this long (or none yet since start): errors
@@ -38,9 +38,9 @@ RECENT_DRAINS = 5  # drains /status carries (`tpu-watchdog history` has them all
 
 
 class Account(Protocol):
-    """The daemon's account of its drains, as /status shows it (`DrainRecorder`, a subscriber)."""
+    """The daemon's account of its drains, as /status shows it (`HistoryEntries`, a subscriber)."""
 
-    history: DrainHistory
+    history: HistoryFile
     # The history entry of the last drain that ended in this run (`recent_drains`' shape); None until one
     # has (a drain cut short by the daemon's stop has not), or when building its entry failed.
     last_drain: dict[str, object] | None

@@ -99,7 +99,7 @@ def _parse(line: bytes) -> Entry | None:
     return entry
 
 
-class DrainHistory:
+class HistoryFile:
     """The history of one state directory, kept in memory (newest last) and written through to disk.
 
     Thread-safe; `entries()` may be read from any thread (a tuple, replaced whole). `load=False`: start
