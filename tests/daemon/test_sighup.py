@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import subprocess
+import sys
 
+from tests.support.units import REPO
 from watchdog.daemon.sighup import ReloadAsked, ReloadRequests
 
 
@@ -29,3 +32,43 @@ def test_asking_never_blocks_and_a_full_pipe_still_leaves_a_reload_asked() -> No
     inbox: queue.Queue[ReloadAsked] = queue.Queue()
     requests.forward(inbox.put)
     assert isinstance(inbox.get(timeout=10), ReloadAsked)
+
+
+GIVEN_TO_ANOTHER_THREAD = r"""
+import queue, signal, threading, time
+from watchdog.daemon.sighup import ReloadAsked, ReloadRequests, relay_signals
+
+stop, reloads, inbox = threading.Event(), ReloadRequests(), queue.Queue()
+relay_signals(stop, reloads)
+reloads.forward(inbox.put)
+threading.Thread(target=lambda: (stop.wait(), inbox.put("stop")), daemon=True).start()
+
+main = threading.get_native_id()
+
+def main_asleep():
+    with open(f"/proc/self/task/{main}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0] == "S"
+
+def signalled_here(signum):  # the kernel gives a process's signal to any thread: here, not the main one
+    def send():
+        deadline = time.monotonic() + 10
+        while not main_asleep() and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling the main thread's state: it must be in its timed wait first
+        signal.pthread_kill(threading.get_ident(), signum)
+    threading.Thread(target=send, daemon=True).start()
+
+signalled_here(signal.SIGHUP)
+print(type(inbox.get(timeout=10)).__name__)  # the main thread asleep in a timed wait, as the loop is
+signalled_here(signal.SIGTERM)
+print(inbox.get(timeout=10))
+"""
+
+
+def test_a_signal_given_to_another_thread_wakes_the_sleeping_main_thread_at_once() -> None:
+    """Python would run its handler only once the main thread woke on its own (10 s here, 30 s idle)."""
+    done = subprocess.run(
+        [sys.executable, "-c", GIVEN_TO_ANOTHER_THREAD],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ReloadAsked", "stop"]

@@ -26,7 +26,7 @@ from watchdog.config.settings import (
     load_config,
     load_config_or_exit,
 )
-from watchdog.daemon.sighup import ReloadRequests
+from watchdog.daemon.sighup import ReloadRequests, relay_signals
 from watchdog.exitcodes import EXIT_CANTCREAT, EXIT_LOCKED, EXIT_OK
 from watchdog.store.address import remove_listen_address
 
@@ -70,11 +70,9 @@ def _daemon(args: argparse.Namespace) -> int:
     # loop honours at once, not a death by SIGTERM's default action halfway through start-up.
     stop = threading.Event()
     faulthandler.enable()  # a crash of the interpreter leaves every thread's stack on stderr (the journal)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())  # handlers only set the event; the loop does the rest
     # `systemctl reload` (SIGHUP) re-reads the configuration; one during start-up is held until the loop runs.
     reloads = ReloadRequests()
-    signal.signal(signal.SIGHUP, lambda *_: reloads.ask())
+    relay_signals(stop, reloads)  # SIGTERM/SIGINT set `stop`; the loop does the rest
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})  # cli.main
     environ = dict(os.environ)  # a reload reads the file again, with the flags and environment of the start
     config = load_config_or_exit(args, environ)

@@ -1,6 +1,7 @@
-"""SIGHUP -> a `ReloadAsked` message in the loop's inbox, with no lock taken in the signal handler.
+"""The daemon's signals: SIGTERM and SIGINT set `stop`, SIGHUP puts a `ReloadAsked` message in the loop's
+inbox, whichever thread the kernel gives the signal to (`relay_signals`).
 
-Stdlib only, so `run` can install the handler before the heavy imports (a reload during start-up is held).
+Stdlib only, so `run` can install them before the heavy imports (a reload during start-up is held).
 What a reload does: reload.py.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,3 +39,31 @@ class ReloadRequests:
     def _forward(self, put: Callable[[ReloadAsked], None]) -> None:
         while os.read(self._read, 64):
             put(ReloadAsked())
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def relay_signals(stop: threading.Event, reloads: ReloadRequests) -> None:
+    """From now on SIGTERM/SIGINT set `stop` and SIGHUP asks `reloads`, at once. Call from the main thread.
+
+    Python runs a signal's handler in the main thread only, once that thread runs again, but the kernel
+    gives a process's signal to any of its threads that does not block it: the loop thread, asleep in a
+    timed wait until its next due time (30 s, idle), would not see a SIGTERM given to a watch's thread
+    until that wait ended. The C-level handler writes the signal's number to a pipe
+    (`signal.set_wakeup_fd`) whichever thread it runs in; a thread of its own reads the pipe and acts."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    for signum in (*STOP_SIGNALS, signal.SIGHUP):
+        signal.signal(signum, lambda *_: None)  # the pipe does the work; the handler keeps the default away
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    threading.Thread(target=_relay, args=(read, stop, reloads), name="signals", daemon=True).start()
+
+
+def _relay(read: int, stop: threading.Event, reloads: ReloadRequests) -> None:
+    while True:  # a daemon thread: it ends with the process
+        for signum in os.read(read, 64):
+            if signum in STOP_SIGNALS:
+                stop.set()
+            elif signum == signal.SIGHUP:
+                reloads.ask()
