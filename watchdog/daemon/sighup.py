@@ -7,7 +7,6 @@ What a reload does: reload.py.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -21,23 +20,28 @@ class ReloadAsked:
 
 
 class ReloadRequests:
-    """SIGHUP -> `ReloadAsked` in the loop's inbox. The signal handler (`ask`) only writes a byte to a pipe:
-    it may interrupt the loop thread while that holds the inbox's lock, so it must take no lock; a thread
-    of its own turns each byte into a message."""
+    """SIGHUP -> `ReloadAsked` in the loop's inbox. Asked by the `signals` thread (`relay_signals`), never
+    from a signal handler, so it may take a lock; a reload asked before the loop has an inbox (during
+    start-up) is held until `forward` gives it one, and a burst asked meanwhile is one reload."""
 
     def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
+        self._lock = threading.Lock()
+        self._put: Callable[[ReloadAsked], None] | None = None
+        self._held = False
 
     def ask(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # the pipe is full: reloads are asked for already
-            os.write(self._write, b"r")
+        with self._lock:
+            if self._put is None:
+                self._held = True
+                return
+            put = self._put
+        put(ReloadAsked())
 
     def forward(self, put: Callable[[ReloadAsked], None]) -> None:
-        threading.Thread(target=self._forward, args=(put,), name="reload-requests", daemon=True).start()
-
-    def _forward(self, put: Callable[[ReloadAsked], None]) -> None:
-        while os.read(self._read, 64):
+        """From now on each request goes to `put`; one held since start-up goes now."""
+        with self._lock:
+            self._put, held, self._held = put, self._held, False
+        if held:
             put(ReloadAsked())
 
 
@@ -62,8 +66,8 @@ def relay_signals(stop: threading.Event, reloads: ReloadRequests) -> None:
 
 def _relay(read: int, stop: threading.Event, reloads: ReloadRequests) -> None:
     while True:  # a daemon thread: it ends with the process
-        for signum in os.read(read, 64):
-            if signum in STOP_SIGNALS:
-                stop.set()
-            elif signum == signal.SIGHUP:
-                reloads.ask()
+        received = set(os.read(read, 64))
+        if received & set(STOP_SIGNALS):
+            stop.set()
+        if signal.SIGHUP in received:  # a burst read at once is one reload
+            reloads.ask()
