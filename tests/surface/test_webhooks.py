@@ -55,6 +55,19 @@ def test_a_503_is_tried_again_and_the_notice_arrives_once(caplog: pytest.LogCapt
     assert all(SECRET_PATH not in r.getMessage() for r in caplog.records)
 
 
+def test_a_process_name_that_is_not_utf8_is_delivered_escaped_not_lost() -> None:
+    """psutil decodes such a name with surrogateescape: UTF-8 cannot carry it, and the notice was lost."""
+    counts = Counts()
+    name = b"tr\xffin".decode("utf-8", "surrogateescape")
+    with WebhookReceiver(statuses=[]) as receiver:
+        hooks = sender([receiver.url], counts)
+        hooks.submit({"type": "process_signalled", "name": name})
+        wait_for(lambda: counts.sent, what="the notice delivered")
+        hooks.close(1.0)
+    assert receiver.delivered() == [{"type": "process_signalled", "name": name}]  # its JSON escape, decoded
+    assert counts.failed == []
+
+
 def test_a_4xx_is_not_tried_again_and_is_counted_as_rejected() -> None:
     counts = Counts()
     with WebhookReceiver(statuses=[400]) as receiver:

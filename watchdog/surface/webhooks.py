@@ -36,6 +36,7 @@ import requests
 
 from watchdog import __version__
 from watchdog.core.redaction import redacted_url
+from watchdog.core.text import valid_text
 from watchdog.core.vocabulary import Output
 
 log = logging.getLogger("tpu-watchdog")
@@ -200,7 +201,8 @@ class WebhookSender:
                         target.wake.notify_all()
 
     def _deliver(self, session: requests.Session, target: _Target, notice: Notice) -> None:
-        body = json.dumps(notice, ensure_ascii=False, default=str).encode()
+        # A process name that is not UTF-8 goes as its JSON escape (core.text), not as a notice lost.
+        body = valid_text(json.dumps(notice, ensure_ascii=False, default=str)).encode()
         headers = {"Content-Type": "application/json; charset=utf-8"}
         delay = self.backoff
         for attempt in range(1, self.tries + 1):
