@@ -4,7 +4,6 @@ problem said once, never fatal; and in a running daemon, in /status `host` and t
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from tests.support.daemon_harness import DaemonHarness
 from tests.support.failing_logs import every_line_raising
+from tests.support.ports import reserved_port
 from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
 from watchdog.core.identity import ACCELERATOR_TYPE, TPU_ENV, WORKER_ID, HostIdentity
@@ -72,12 +72,9 @@ def test_bad_values_are_said_once_and_left_empty(
 
 
 def test_an_unreachable_server_stops_with_the_daemon() -> None:
-    with socket.socket() as probe:  # a loopback port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        free_port = probe.getsockname()[1]
     stop = threading.Event()
     published: list[HostIdentity] = []
-    with MetadataTransport(f"127.0.0.1:{free_port}") as transport:
+    with reserved_port() as refused, MetadataTransport(f"127.0.0.1:{refused}") as transport:
         thread = threading.Thread(
             target=learn_identity,
             args=(lambda paths: fetch_identity(transport, paths), published.append, stop, 0.05),
@@ -122,12 +119,9 @@ def test_a_fetch_that_raises_is_logged_once_and_asked_again(caplog: pytest.LogCa
 
 
 def test_a_metadata_server_that_is_down_is_one_line_for_every_key(caplog: pytest.LogCaptureFixture) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed once the block ends: nothing listens there
     stop = threading.Event()
     caplog.set_level(logging.INFO, "tpu-watchdog")
-    with MetadataTransport(f"127.0.0.1:{port}") as transport:
+    with reserved_port() as refused, MetadataTransport(f"127.0.0.1:{refused}") as transport:
         # One round: the first publication (nothing known) stops it.
         learn_identity(lambda paths: fetch_identity(transport, paths), lambda _: stop.set(), stop, 0.05,
                        outputs=Outputs(Metrics()))  # fmt: skip

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.ports import reserved_port
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.transport import MetadataTransport
 
@@ -24,9 +24,7 @@ def transport(fake: FakeMetadataServer) -> Iterator[MetadataTransport]:
 
 
 @pytest.fixture
-def free_port() -> int:
-    """A loopback port nobody listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def free_port() -> Iterator[int]:
+    """A loopback port nobody listens on, held for the test: no other test's server is given it."""
+    with reserved_port() as port:
+        yield port

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -13,18 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.waiting import wait_for
+from watchdog.fake.listen import hold_port
 
 FIRST_SAMPLE_WITHIN = (
     30.0  # targets reach the scraper every 5 s: the first sample takes 5-6 s, more when busy
 )
-
-
-def free_port() -> int:
-    """A port nobody listens on now (Prometheus takes no port 0: it must be told where to listen)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class PrometheusServer:
@@ -43,7 +35,9 @@ class PrometheusServer:
             "  - job_name: tpu-watchdog\n"
             f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
         )
-        self.address = f"127.0.0.1:{free_port()}"
+        # Prometheus takes no port 0: it is told a free one, held until it stops (`reserved_port`).
+        self._port = hold_port()
+        self.address = f"127.0.0.1:{self._port.getsockname()[1]}"
         self.log_path = workdir / "prometheus.log"
         with self.log_path.open("w") as log:
             self.process = subprocess.Popen(
@@ -98,3 +92,5 @@ class PrometheusServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=5)
+        finally:
+            self._port.close()

@@ -4,12 +4,12 @@ at once. Real processes; no event is ever set, so nothing is ever signalled here
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
+from tests.support.ports import reserved_port
 from tests.support.waiting import wait_for
 from tests.support.workloads import make_device
 from watchdog.fake.server import FakeMetadataServer
@@ -17,17 +17,9 @@ from watchdog.fake.server import FakeMetadataServer
 EXIT_LOCKED = 75
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def start(
-    tmp_path: Path, fake: FakeMetadataServer, name: str, lock_wait: float
-) -> tuple[subprocess.Popen[str], int]:
-    port = free_port()
+    tmp_path: Path, fake: FakeMetadataServer, name: str, lock_wait: float, port: int
+) -> subprocess.Popen[str]:
     (tmp_path / "empty.toml").write_text("")
     command = [
         sys.executable, "-m", "watchdog", "run", "--config", str(tmp_path / "empty.toml"),
@@ -38,7 +30,7 @@ def start(
     log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - the child holds it; closed with the process
     process = subprocess.Popen(command, stderr=log, text=True)
     log.close()
-    return process, port
+    return process
 
 
 def live(port: int) -> bool:
@@ -53,17 +45,24 @@ def test_a_second_daemon_refuses_naming_the_first_and_takes_over_once_it_stops(
     tmp_path: Path, fake: FakeMetadataServer
 ) -> None:
     make_device(tmp_path)
-    first, first_port = start(tmp_path, fake, "first", lock_wait=0)
+    with reserved_port() as first_port, reserved_port() as refused_port, reserved_port() as waiting_port:
+        one_after_another(tmp_path, fake, first_port, refused_port, waiting_port)
+
+
+def one_after_another(
+    tmp_path: Path, fake: FakeMetadataServer, first_port: int, refused_port: int, waiting_port: int
+) -> None:
+    first = start(tmp_path, fake, "first", lock_wait=0, port=first_port)
     waiting: subprocess.Popen[str] | None = None
     try:
         wait_for(lambda: live(first_port), timeout=30, what="the first daemon to serve /livez")
-        refused, _ = start(tmp_path, fake, "refused", lock_wait=0.5)
+        refused = start(tmp_path, fake, "refused", lock_wait=0.5, port=refused_port)
         assert refused.wait(timeout=30) == EXIT_LOCKED
         said = (tmp_path / "refused.log").read_text()
         assert f"another tpu-watchdog (pid {first.pid}) holds the state dir" in said, said
         assert "stop the other one first" in said
 
-        waiting, waiting_port = start(tmp_path, fake, "waiting", lock_wait=60)
+        waiting = start(tmp_path, fake, "waiting", lock_wait=60, port=waiting_port)
         wait_for(
             lambda: "waiting up to 60 s" in (tmp_path / "waiting.log").read_text(),
             timeout=30,

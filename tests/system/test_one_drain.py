@@ -27,8 +27,9 @@ pytestmark = pytest.mark.slow
 GRACE = 8.0
 
 DRIVER = r"""
-import json, os, signal, socket, subprocess, sys, time, urllib.request
+import json, os, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
+from tests.support.ports import reserved_port
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
 from tests.support.workloads import TEST_ALLOW, Child, make_device
@@ -37,11 +38,6 @@ from watchdog.fake.server import FakeMetadataServer
 tmp, restart, grace = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 device = make_device(tmp)
 config, state = tmp / "config.toml", tmp / "state"
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 def get(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
@@ -67,8 +63,8 @@ def daemon(n):
          "--log-format", "json", "--metadata-timeout-sec", "2"], stderr=log)
 
 report = {}
-with FakeMetadataServer(listen="127.0.0.1:0") as fake, WebhookReceiver(statuses=[]) as receiver:
-    port = free_port()
+with FakeMetadataServer(listen="127.0.0.1:0") as fake, WebhookReceiver(statuses=[]) as receiver, \
+        reserved_port() as port:
     config.write_text(f'listen = "127.0.0.1:{port}"\n[drain]\nmaintenance_grace = {grace}\n'
                       f'[notify]\nwebhooks = ["{receiver.url}"]\n')
     holders = {name: Child(mode, device) for name, mode in

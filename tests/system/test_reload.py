@@ -19,9 +19,10 @@ from tests.support.pidns import needs_unshare, run_driver
 from tests.support.webhook_receiver import SECRET_PATH
 
 DRIVER = r"""
-import json, os, signal, socket, subprocess, sys, time, urllib.request
+import json, os, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 from datetime import datetime
+from tests.support.ports import reserved_port
 from tests.support.sdnotify import NotifySocket
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
@@ -32,11 +33,6 @@ tmp = Path(sys.argv[1])
 config = tmp / "config.toml"
 device = make_device(tmp)
 until = NotifySocket(tmp / "notify").until
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 def status(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as answer:
@@ -52,8 +48,8 @@ def told():
     return [(b["type"], datetime.fromisoformat(b["time"].replace("Z", "+00:00")).timestamp())
             for b in receiver.delivered()]
 
-with FakeMetadataServer(listen="127.0.0.1:0") as fake, WebhookReceiver(statuses=[]) as receiver:
-    port, other_port = free_port(), free_port()
+with FakeMetadataServer(listen="127.0.0.1:0") as fake, WebhookReceiver(statuses=[]) as receiver, \
+        reserved_port() as port, reserved_port() as other_port:
     config.write_text(f'listen = "127.0.0.1:{port}"\n[drain]\nmaintenance_grace = 60\n')
     child = Child("report", device)  # says "term" for each SIGTERM, never exits: the drain stays running
     child.wait_ready()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.fake.identity import TpuIdentity
+from watchdog.fake.listen import hold_port
 from watchdog.fake.server import FakeMetadataServer
 
 UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
@@ -53,13 +53,6 @@ def missing() -> str | None:
     if not TRAINER.is_file():
         return f"the job is {TRAINER}, which only a checkout has"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -258,7 +251,9 @@ class Cluster:
         self.config = work / "config.toml"
         self.config.write_text(config)
         self.checkpoints = work / "checkpoints"
-        self.coordinator = f"127.0.0.1:{free_port()}"
+        # Held until the cluster stops: the job's process 0 binds it, and no daemon's port 0 is given it.
+        self._coordinator_port = hold_port()
+        self.coordinator = f"127.0.0.1:{self._coordinator_port.getsockname()[1]}"
         self.hosts: list[SimulatedHost] = []
         for index in range(job.hosts):
             directory = work / f"host-{index}"
@@ -307,6 +302,7 @@ class Cluster:
     def stop(self) -> None:
         for host in self.hosts:
             host.stop()
+        self._coordinator_port.close()
 
     def __enter__(self) -> Cluster:
         return self

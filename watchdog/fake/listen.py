@@ -67,3 +67,19 @@ def check_listen(address: ListenAddress, allow_remote: bool) -> None:
             "anyone who can reach it fake a maintenance event; pass allow_remote=True (--allow-remote) if "
             "you mean it"
         )
+
+
+def hold_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A socket bound to HOST:PORT (port 0: a free one) that never listens. While it is open, no bind to port
+    0 on the machine is given that port and a connection there is refused, yet a server that binds it with
+    SO_REUSEADDR (Python's HTTP servers, gRPC, Go's listeners) still can. A port found free and closed until
+    its server binds it may meanwhile be handed to any program binding port 0 (a daemon's HTTP listener took
+    a simulated job's coordinator port so). The caller closes it."""
+    holder = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind((host, port))
+    except OSError:
+        holder.close()
+        raise
+    return holder
