@@ -39,3 +39,19 @@ def test_a_job_that_raises_runs_again_at_the_next_ask() -> None:
     wait_for(lambda: "test-coalesced-2" not in {t.name for t in threading.enumerate()}, what="no thread")
     coalesced.soon()
     wait_for(lambda: len(runs) == 2, what="the run after the failure")
+
+
+def test_settled_waits_for_the_run_asked_for_and_says_when_it_could_not() -> None:
+    gate, runs = threading.Event(), []
+
+    def job() -> None:
+        gate.wait()
+        runs.append(1)
+
+    coalesced = Coalesced(job, "test-coalesced-3", "the test job")
+    assert coalesced.settled(0.0)  # nothing asked: nothing to wait for
+    coalesced.soon()
+    assert not coalesced.settled(0.05)  # held at the gate: it cannot be done
+    gate.set()
+    assert coalesced.settled(10.0)
+    assert runs == [1]

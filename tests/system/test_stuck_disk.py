@@ -6,6 +6,7 @@ daemon, the fake metadata server over loopback HTTP, the files, the holder and i
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -102,3 +103,21 @@ def test_a_drain_whose_state_writes_hang_still_signals_and_still_hears_a_preempt
             assert store.writes_while_hung > 0, "the disk hung before the drain's writes"
         finally:
             store.release()  # the writer's thread may end
+
+
+def test_a_stop_waits_for_the_history_s_last_write_and_says_when_the_disk_holds_it(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, disk: HangingDisk,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """The history is written in a thread of its own, which dies with the process: a stop that did not wait
+    for it would lose the end of a drain that had just ended. Here the disk hangs, so the wait runs out: the
+    stop says so, and still ends."""
+    workloads.start("handled")
+    store = StateStore(str(state_dir), fsync=disk.fsync)
+    with caplog.at_level(logging.WARNING):
+        with DaemonHarness(state_dir, fake, workloads, store=store) as harness:
+            disk.hang()
+            fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
+            harness.wait_metric("tpu_watchdog_drains_total", 1, outcome="exited")
+        assert not harness.thread.is_alive()
+    assert "stopping with the history's last writes not done" in caplog.text

@@ -552,6 +552,9 @@ class Daemon:
         if not self.runner.writer.flush(1.0):  # the last state, in place before the process ends
             with self.outputs.guarded(Output.LOG):
                 log.error("stopping with the state file's last writes not done: the disk is stuck")
+        if not self.recorder.history.settled(1.0):  # the drain's last entry, on disk before the process ends
+            with self.outputs.guarded(Output.LOG):
+                log.error("stopping with the history's last writes not done: the disk is stuck")
         self.watcher.join(timeout=1.0)
         with self.outputs.guarded(Output.HOOKS):
             self.hooks.close(0.5)

@@ -19,7 +19,7 @@ class Coalesced:
 
     def __init__(self, job: Callable[[], None], name: str, what: str) -> None:
         self._job, self._name, self._what = job, name, what
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._asked = self._running = False
 
     def soon(self) -> None:
@@ -35,6 +35,7 @@ class Coalesced:
             with self._lock:
                 if not self._asked:
                     self._running = False
+                    self._lock.notify_all()
                     return
                 self._asked = False
             try:
@@ -42,3 +43,9 @@ class Coalesced:
             except Exception:  # tried again at the next soon(); whoever asked goes on either way
                 with contextlib.suppress(Exception):  # a failing log line must not end the thread
                     log.exception("%s failed", self._what)
+
+    def settled(self, timeout: float) -> bool:
+        """Wait up to `timeout` s until every run asked for so far is done (at exit: the daemon's threads
+        die with the process, a write in flight with them); True if it was."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._running, timeout)

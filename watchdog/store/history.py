@@ -173,6 +173,10 @@ class HistoryFile:
                 self._remember(entry)
             self._write(reread=True)
 
+    def settled(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the background writes asked for so far (at exit); True if done."""
+        return self._writer.settled(timeout)
+
     def retry(self) -> None:
         """Write what a failed write left in memory (the loop calls this now and then)."""
         if self._unwritten:
