@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from watchdog.store.drain_entry import DrainFacts, open_entry
+from watchdog.core.drain_record import DrainRecord
+from watchdog.store.drain_entry import open_entry
 from watchdog.store.history import HISTORY_FILE, HistoryFile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,10 +28,11 @@ def drains(tmp_path: Path, n: int) -> None:
     (tmp_path / "state").mkdir()
     book = HistoryFile(str(tmp_path / "state"))
     for i in range(n):
-        facts = DrainFacts(
-            f"drain-{i}", START + i * 3600, START + i * 3600 + 300, "instance/preempted", "TRUE"
-        )
-        book.append({**open_entry(facts), "outcome": "exited", "dry_run": i % 2 == 1})
+        opened = DrainRecord.opened(
+            f"drain-{i}", START + i * 3600, START + i * 3600 + 300, "kill", False,
+            event_key="instance/preempted", event_value="TRUE",
+        )  # fmt: skip
+        book.append({**open_entry(opened, {}), "outcome": "exited", "dry_run": i % 2 == 1})
 
 
 def test_json_is_a_list_newest_first_and_limit_keeps_the_newest(tmp_path: Path) -> None:

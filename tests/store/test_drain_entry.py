@@ -12,7 +12,6 @@ from watchdog.core.vocabulary import Outcome
 from watchdog.core.workload import Workload
 from watchdog.store.drain_entry import (
     NO_HANDLER,
-    DrainFacts,
     entry_from_record,
     entry_from_saved,
     open_entry,
@@ -22,16 +21,17 @@ from watchdog.store.drain_entry import (
 from watchdog.store.records import SignalRecord
 
 START = 1_800_000_000.25  # wall seconds of the drain's start
-FACTS = DrainFacts(
-    "20270115T080000.250Z", START, START + 300, "instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE",
-    ("ev-1",),
-)  # fmt: skip
+EVENT = {"event_key": "instance/maintenance-event", "event_value": "TERMINATE_ON_HOST_MAINTENANCE",
+         "event_ids": ("ev-1",)}  # fmt: skip
+DRAIN_ID = "20270115T080000.250Z"
+OPENED = DrainRecord.opened(DRAIN_ID, START, START + 300, "kill", False, **EVENT)  # type: ignore[arg-type]
+HOST = {"instance": "vm-1"}
 A, B, C = ProcessIdentity(101, 11), ProcessIdentity(102, 12), ProcessIdentity(103, 13)
 
 
 def record(dry_run: bool = False) -> DrainRecord:
     """A drain that started at monotonic 50.0 (wall START): A exited 0, B was killed, C had no handler."""
-    rec = DrainRecord(50.0, START, 350.0, "kill", dry_run)
+    rec = DrainRecord(50.0, START, 350.0, "kill", dry_run, drain_id=DRAIN_ID, **EVENT)  # type: ignore[arg-type]
     term = SignalResult.SENT
     rec.processes[A] = ProcessRecord(A, "trainer", ("/dev/accel0",), 50.0, uid=0)
     rec.processes[A].signals.append(SentSignal(signal.SIGTERM, 50.01, term))
@@ -59,8 +59,10 @@ def by_pid(entry: dict[str, object]) -> dict[int, dict[str, object]]:
 
 
 def test_a_finished_drain_names_each_process_how_it_ended_and_when() -> None:
-    entry = entry_from_record(FACTS, record())
-    assert entry["id"] == FACTS.drain_id
+    entry = entry_from_record(record(), HOST)
+    assert entry["id"] == DRAIN_ID
+    assert entry["host"] == HOST
+    assert entry["event_ids"] == ["ev-1"]
     assert entry["event"] == {"key": "instance/maintenance-event", "value": "TERMINATE_ON_HOST_MAINTENANCE"}
     assert entry["started"] == "2027-01-15T08:00:00.250Z"
     assert entry["deadline"] == "2027-01-15T08:05:00.250Z"
@@ -77,7 +79,7 @@ def test_a_finished_drain_names_each_process_how_it_ended_and_when() -> None:
 
 
 def test_a_rehearsal_lists_what_would_be_sent_and_that_nothing_ended() -> None:
-    entry = entry_from_record(FACTS, record(dry_run=True))
+    entry = entry_from_record(record(dry_run=True), HOST)
     b = by_pid(entry)[102]
     assert b["signals"] == []  # nothing was sent: a script reading only `signals` is not misled
     assert b["would_send"] == ["SIGTERM", "SIGKILL"]  # what would have been, apart
@@ -87,7 +89,7 @@ def test_a_rehearsal_lists_what_would_be_sent_and_that_nothing_ended() -> None:
 
 
 def test_a_resumed_drain_takes_the_earlier_signals_times_from_the_state_file() -> None:
-    rec = DrainRecord(900.0, START + 100, 1100.0, "kill", False)
+    rec = DrainRecord(900.0, START, 1200.0, "kill", False)  # resumed at 1000.0: the first run's start
     rec.processes[A] = ProcessRecord(A, "trainer", (), 900.0)
     rec.processes[A].signals.append(SentSignal(signal.SIGTERM, None, SignalResult.SENT))  # before restart
     on_file = [
@@ -95,7 +97,7 @@ def test_a_resumed_drain_takes_the_earlier_signals_times_from_the_state_file() -
         SignalRecord(B, "gone-job", "SIGTERM", START + 0.5, START + 0.7, "sent"),
         SignalRecord(C, "free-job", "SIGTERM", START + 0.5, None, None),  # intent only: possibly sent
     ]
-    entry = entry_from_record(FACTS, rec, on_file, alive=lambda identity: identity == C)
+    entry = entry_from_record(rec, HOST, on_file, alive=lambda identity: identity == C)
     a, b, c = (by_pid(entry)[p] for p in (101, 102, 103))
     assert a["sent_after"] == {"SIGTERM": 0.6}
     assert (b["end"], b["sent_after"]) == ("exited", {"SIGTERM": 0.7})  # ended while the daemon was down
@@ -109,7 +111,7 @@ def test_a_drain_of_a_previous_boot_says_what_it_cannot_know() -> None:
         SignalRecord(B, "stubborn", "SIGKILL", START + 300, START + 300.1, "sent"),
         SignalRecord(C, "denied", "SIGTERM", START + 0.5, START + 0.6, "denied"),
     ]
-    entry = entry_from_saved(FACTS, on_file, "interrupted", START + 400, "the host restarted")
+    entry = entry_from_saved(OPENED, HOST, on_file, "interrupted", START + 400, "the host restarted")
     assert entry["outcome"] == "interrupted"
     a, b, c = (by_pid(entry)[p] for p in (101, 102, 103))
     assert (a["end"], b["end"]) == ("unknown", "killed")
@@ -118,8 +120,9 @@ def test_a_drain_of_a_previous_boot_says_what_it_cannot_know() -> None:
 
 
 def test_a_drain_just_started_has_no_outcome_and_no_processes_yet() -> None:
-    entry = open_entry(FACTS)
+    entry = open_entry(OPENED, HOST)
     assert (entry["outcome"], entry["ended"], entry["processes"]) == (None, None, [])
+    assert (entry["id"], entry["deadline"], entry["host"]) == (DRAIN_ID, "2027-01-15T08:05:00.250Z", HOST)
 
 
 def test_a_uid_without_a_name_is_shown_as_its_number() -> None:
@@ -140,7 +143,7 @@ def test_a_late_arrival_drain_lists_only_its_own_processes() -> None:
         SignalRecord(B, "old-job", "SIGTERM", START - 60, START - 59.5, "sent"),
         SignalRecord(C, "restarted", "SIGTERM", START + 0.5, START + 0.5, "sent"),
     ]
-    entry = entry_from_record(FACTS, late, on_file, alive=lambda _: True)
+    entry = entry_from_record(late, HOST, on_file, alive=lambda _: True)
     assert sorted(by_pid(entry)) == [101, 103]  # not B: the first drain's, not this one's
     assert by_pid(entry)[101]["sent_after"] == {"SIGTERM": -59.5}  # before this drain began
     assert by_pid(entry)[103]["late_arrival"] is True
@@ -149,7 +152,7 @@ def test_a_late_arrival_drain_lists_only_its_own_processes() -> None:
 def test_a_real_time_signal_the_enum_lacks_is_named_by_its_number() -> None:
     rec = record()
     rec.processes[A].exit_status = ExitStatus(signal=40)  # SIGRTMIN+6: no name in signal.Signals
-    assert by_pid(entry_from_record(FACTS, rec))[101]["exit_signal"] == "signal 40"
+    assert by_pid(entry_from_record(rec, HOST))[101]["exit_signal"] == "signal 40"
 
 
 def test_each_process_keeps_its_workload_and_one_known_only_from_the_state_file_has_none() -> None:
@@ -159,7 +162,7 @@ def test_each_process_keeps_its_workload_and_one_known_only_from_the_state_file_
     on_file = [
         SignalRecord(ProcessIdentity(104, 14), "gone-job", "SIGTERM", START + 0.5, START + 0.7, "sent")
     ]
-    found = by_pid(entry_from_record(FACTS, rec, on_file, alive=lambda _: False))
+    found = by_pid(entry_from_record(rec, HOST, on_file, alive=lambda _: False))
     assert found[101]["workload"] == pod.to_dict()
     assert Workload.from_dict(found[101]["workload"]) == pod  # what the history reads back
     assert (found[102]["workload"], found[104]["workload"]) == (None, None)  # not known
@@ -168,7 +171,7 @@ def test_each_process_keeps_its_workload_and_one_known_only_from_the_state_file_
 def test_a_reopened_drain_keeps_what_its_first_end_knew_of_the_processes_that_had_ended() -> None:
     """After a restart the reopened drain knows its earlier processes only from the state file; the entry of
     its first end knew more. The late arrival, and a process still running then, are as the record says."""
-    first = entry_from_record(FACTS, record())
+    first = entry_from_record(record(), HOST)
     late = ProcessIdentity(104, 14)
     again = record()
     for proc in again.processes.values():  # as the state file gives them back: no times, no exit status
@@ -176,7 +179,7 @@ def test_a_reopened_drain_keeps_what_its_first_end_knew_of_the_processes_that_ha
     again.processes[late] = ProcessRecord(late, "restarted", ("/dev/accel0",), 400.0, late_arrival=True)
     again.processes[late].signals.append(SentSignal(signal.SIGTERM, 400.0, SignalResult.SENT))
     again.processes[late].end, again.processes[late].ended_at = End.EXITED, 401.0
-    entry = rejoined(first, entry_from_record(FACTS, again))
+    entry = rejoined(first, entry_from_record(again, HOST))
     shown, before = by_pid(entry), by_pid(first)
     assert [shown[i.pid] for i in (A, B, C)] == [before[i.pid] for i in (A, B, C)]
     assert shown[late.pid]["late_arrival"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.store.test_drain_entry import FACTS, A, B, record
+from tests.store.test_drain_entry import HOST, A, B, record
 from watchdog.core.drain_record import INFERRED_DEATH
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.store.drain_entry import entry_from_record
@@ -17,7 +17,7 @@ def test_a_default_disposition_and_an_unknown_exit_status_read_as_a_death_of_sig
     rec = record()
     proc = rec.processes[A]  # exited after SIGTERM; its parent reaped it, so its status is unknown
     proc.sigterm, proc.exit_status = SigtermDisposition.DEFAULT, None
-    entry = entry_from_record(FACTS, rec)
+    entry = entry_from_record(rec, HOST)
     [shown] = [p for p in entry["processes"] if p["pid"] == A.pid]  # type: ignore[attr-defined]
     assert (shown["sigterm"], shown["end"], shown["exit_status"]) == ("default", "exited", None)
     assert shown["detail"] == INFERRED_DEATH
@@ -31,13 +31,13 @@ def test_a_default_disposition_and_an_unknown_exit_status_read_as_a_death_of_sig
 def test_a_caught_sigterm_with_an_unknown_status_is_a_plain_exit() -> None:
     rec = record()
     rec.processes[A].sigterm, rec.processes[A].exit_status = SigtermDisposition.CAUGHT, None
-    entry = entry_from_record(FACTS, rec)
+    entry = entry_from_record(rec, HOST)
     assert "1 exited on SIGTERM" in totals(entry)
     assert INFERRED_DEATH not in "\n".join(block(entry))
 
 
 def test_a_killed_process_never_left_on_its_own() -> None:
-    entry = entry_from_record(FACTS, record())
+    entry = entry_from_record(record(), HOST)
     [line] = [line for line in block(entry) if f" {B.pid} " in line]
     assert "SIGKILL +5.0 min killed, gone after 5.0 min: it never left on its own" in line, line
 
@@ -66,7 +66,7 @@ def test_an_entry_of_an_older_version_without_the_newer_fields_loads_and_reads(t
 
 def test_status_and_history_give_a_reopened_drain_the_same_words() -> None:
     """`status`'s one line and `history`'s block: the same outcome, tags, start and duration."""
-    entry = {**entry_from_record(FACTS, record()), "late": True}
+    entry = {**entry_from_record(record(), HOST), "late": True}
     line = one_line(entry)
     assert line.startswith(
         f"timed_out (reopened for a late arrival), started {entry['started']}, after 5.0 min: "

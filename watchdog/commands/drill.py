@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
 from watchdog.core.accelerators import agent_note
@@ -50,7 +51,7 @@ from watchdog.exitcodes import (
     EXIT_NOTHING_TO_DRILL,
     EXIT_OK,
 )
-from watchdog.store.drain_entry import DrainFacts, entry_from_record
+from watchdog.store.drain_entry import entry_from_record
 from watchdog.store.drain_text import totals
 from watchdog.store.history import HISTORY_FILE, HistoryFile
 
@@ -251,11 +252,11 @@ def run(args: argparse.Namespace) -> int:
 
 def drill_entry(record: DrainRecord) -> dict[str, object]:
     """The drill as the history keeps a drain (an id of its own kind: never one of the daemon's)."""
-    facts = DrainFacts(
-        f"drill-{drain_id_at(record.started_wall)}", record.started_wall, record.wall(record.deadline),
-        DRILL_EVENT_KEY, DRILL_EVENT_VALUE, on_timeout=record.on_timeout,
+    named = replace(
+        record, drain_id=f"drill-{drain_id_at(record.started_wall)}", event_key=DRILL_EVENT_KEY,
+        event_value=DRILL_EVENT_VALUE,
     )  # fmt: skip
-    return entry_from_record(facts, record)
+    return entry_from_record(named, host={})
 
 
 def recorded(state_dir: str, entry: dict[str, object]) -> bool:

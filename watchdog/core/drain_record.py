@@ -233,7 +233,11 @@ class ProcessRecord:
 
 @dataclass
 class DrainRecord:
-    """What the drain did: the outcome and one `ProcessRecord` per process (monotonic times)."""
+    """One drain: which it is and the event it serves, what it did to each process (`ProcessRecord`), its
+    outcome. The one record every surface renders (the history entry, /status, the journal, webhooks).
+    Times are monotonic seconds of the drain's clock; `wall()` turns them into wall-clock seconds. A drain
+    known only from the lifecycle or the state file (its opening entry, a drain that will never finish) is
+    a record too, kept on the wall clock (`opened`)."""
 
     started: float
     started_wall: float
@@ -245,7 +249,21 @@ class DrainRecord:
     processes: dict[ProcessIdentity, ProcessRecord] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     late: bool = False  # reopened for late arrivals: it had ended, its events had not (`Lifecycle`)
-    drain_id: str = ""  # the lifecycle's id of the drain (`ActiveDrain.drain_id`); "": a drill's
+    drain_id: str = ""  # the lifecycle's id of the drain (`ActiveDrain.drain_id`); a drill's: drill-...
+    event_key: str = ""  # the key of the event it serves (its first), and that key's value
+    event_value: str = ""
+    event_ids: tuple[str, ...] = ()  # every event it serves (one joins a drain in progress)
+
+    @classmethod
+    def opened(
+        cls, drain_id: str, started_wall: float, deadline_wall: float, on_timeout: OnTimeout, dry_run: bool,
+        *, late: bool = False, event_key: str = "", event_value: str = "", event_ids: tuple[str, ...] = (),
+    ) -> DrainRecord:  # fmt: skip
+        """A drain with nothing done yet, on the wall clock (its monotonic times are wall times)."""
+        return cls(
+            started_wall, started_wall, deadline_wall, on_timeout, dry_run, late=late, drain_id=drain_id,
+            event_key=event_key, event_value=event_value, event_ids=event_ids,
+        )  # fmt: skip
 
     def wall(self, monotonic: float) -> float:
         """The wall-clock time of a monotonic instant of this drain."""

@@ -29,7 +29,7 @@ from watchdog.daemon.outputs import Outputs
 from watchdog.host.procfs import start_time
 from watchdog.store.drain_entry import (
     Alive,
-    DrainFacts,
+    Host,
     entry_from_record,
     entry_from_saved,
     open_entry,
@@ -70,7 +70,9 @@ class HistoryEntries:
             store.dir, clock=clock, background=True, fsync=store.fsync, changed=self._persisted
         )
         self._recorded: str | None = None  # the drain whose start is in the history (checked once)
-        self.current: DrainFacts | None = None  # the running drain's facts, for `live` (any thread)
+        # The running drain as opened (its id, events, start, deadline) and the host its opening entry
+        # names, for `live` (any thread: each replaced whole).
+        self.current: tuple[DrainRecord, Host] | None = None
         self.last_drain: dict[str, object] | None = None  # the entry of the last drain ended in this run
         self._next_retry = 0.0
         metrics.dry_run.set(1 if config.dry_run else 0)
@@ -87,9 +89,9 @@ class HistoryEntries:
         """Who this host is, for a notice: as learned, or (not answered yet since a restart) as the running
         drain's opening entry named it, so a resumed drain's notices name the host as its first ones did."""
         labels = self.host()
-        facts = self.current
-        if not host_fields(labels, known_only=True) and facts is not None and facts.host:
-            return host_labels(facts.host)
+        current = self.current
+        if not host_fields(labels, known_only=True) and current is not None and current[1]:
+            return host_labels(current[1])
         return labels
 
     def restored(self, saved: SavedState, lifecycle: Lifecycle) -> None:
@@ -112,21 +114,25 @@ class HistoryEntries:
 
     def _seen(self, lifecycle: Lifecycle) -> None:
         drain = lifecycle.drain
-        self.current = None if drain is None else self._facts(drain, lifecycle.events.values())
-        if self.current is None or self.current.drain_id == self._recorded:
+        if drain is None:
+            self.current = None
             return
-        self._recorded = self.current.drain_id  # one id, not every drain's: a daemon runs for years
-        if self.history.find(self.current.drain_id) is None:  # a resumed drain has its entry already
-            self.history.append(open_entry(self.current))
+        opened, host = self._opened(drain, lifecycle.events.values()), self._host(drain.drain_id)
+        self.current = opened, host
+        if drain.drain_id == self._recorded:
+            return
+        self._recorded = drain.drain_id  # one id, not every drain's: a daemon runs for years
+        if self.history.find(drain.drain_id) is None:  # a resumed drain has its entry already
+            self.history.append(open_entry(opened, host))
             self._persisted()
 
     def live(self, record: DrainRecord) -> dict[str, object] | None:
         """The running drain as the history will show it (HTTP threads: reads only whole values)."""
-        facts = self.current
-        if facts is None:
+        current = self.current
+        if current is None:
             return None
         with self.outputs.guarded(Output.STATUS):  # /status shows the drain without its processes, then
-            return self._entry(facts, record)
+            return self._entry(_serving(record, current[0]), current[1])
         return None
 
     def finished(
@@ -158,16 +164,16 @@ class HistoryEntries:
     def _write_finished(
         self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle
     ) -> dict[str, object]:
-        facts = self._facts(drain, lifecycle.events.values(), dry_run=record.dry_run)
-        entry = self._entry(facts, record)
+        opened = self._opened(drain, lifecycle.events.values())
+        entry = self._entry(_serving(record, opened), self._host(drain.drain_id))
         self.history.append(entry)
         self._persisted()
         return entry
 
-    def _entry(self, facts: DrainFacts, record: DrainRecord) -> dict[str, object]:
+    def _entry(self, record: DrainRecord, host: Host) -> dict[str, object]:
         """The drain's entry from its record; a reopened drain's over the entry of its first end."""
-        entry = entry_from_record(facts, record, self.store.state.signals, alive)
-        first = self.history.find(facts.drain_id) if facts.late else None
+        entry = entry_from_record(record, host, self.store.state.signals, alive)
+        first = self.history.find(record.drain_id) if record.late else None
         return rejoined(first, entry) if first is not None and first.get("outcome") is not None else entry
 
     def _guarded(self, step: Callable[..., T], *args: object) -> T | None:
@@ -196,14 +202,16 @@ class HistoryEntries:
     def _from_file(
         self, drain: ActiveDrain, saved: SavedState, outcome: str, why: str, alive: Alive | None
     ) -> None:
-        facts = replace(self._facts(drain, saved.events), on_timeout=saved.on_timeout)
+        opened = replace(self._opened(drain, saved.events), on_timeout=saved.on_timeout)
         signals = [s for s in saved.signals if s.intent_at >= drain.started]  # of this drain only
-        entry = entry_from_saved(facts, signals, outcome, self.clock.wall(), why, alive)
+        host = self._host(drain.drain_id)
+        entry = entry_from_saved(opened, host, signals, outcome, self.clock.wall(), why, alive)
         log.warning("drain %s did not finish: %s", drain.drain_id, why)
         self.history.append(entry)
 
-    def _facts(self, drain: ActiveDrain, events: Iterable[Event], dry_run: bool | None = None) -> DrainFacts:
-        """The drain's event: the first of those it serves, else what its opening entry says."""
+    def _opened(self, drain: ActiveDrain, events: Iterable[Event]) -> DrainRecord:
+        """The drain as the lifecycle knows it, nothing done yet: its event is the first of those it
+        serves, else what its opening entry says (its events cleared while the daemon was down)."""
         served = sorted((e for e in events if e.event_id in drain.event_ids), key=lambda e: e.first_seen)
         opened = self.history.find(drain.drain_id) or {}
         key, value = "", ""
@@ -212,17 +220,28 @@ class HistoryEntries:
             key, value = WatchedKey(served[0].source).path, served[0].value
         elif isinstance(event, dict):
             key, value = str(event.get("key", "")), str(event.get("value", ""))
-        if dry_run is None:
-            dry_run = bool(opened.get("dry_run", self.config.dry_run))
-        host = host_fields(self.host(), known_only=True)
-        known = opened.get("host")
-        if not host and isinstance(known, dict):  # not answered yet since a restart: what it was then
-            host = {str(k): str(v) for k, v in known.items()}
-        return DrainFacts(
-            drain.drain_id, drain.started, drain.deadline, key, value, tuple(drain.event_ids), dry_run,
-            drain.late, self.config.on_timeout, host,
+        return DrainRecord.opened(
+            drain.drain_id, drain.started, drain.deadline, self.config.on_timeout,
+            bool(opened.get("dry_run", self.config.dry_run)), late=drain.late, event_key=key,
+            event_value=value, event_ids=tuple(drain.event_ids),
         )  # fmt: skip
+
+    def _host(self, drain_id: str) -> Host:
+        """The host as known now; before the metadata server has answered since a restart, as the drain's
+        opening entry named it."""
+        host = host_fields(self.host(), known_only=True)
+        known = (self.history.find(drain_id) or {}).get("host")
+        if not host and isinstance(known, dict):
+            host = {str(k): str(v) for k, v in known.items()}
+        return host
 
     def _persisted(self) -> None:
         with self.outputs.guarded(Output.METRICS):
             self.metrics.history_persisted.set(0 if self.history.write_error else 1)
+
+
+def _serving(record: DrainRecord, opened: DrainRecord) -> DrainRecord:
+    """The drain's record with its id and the events it serves as the lifecycle knows them now (an event
+    may have joined it since it started); what it did, its start and its deadline are the record's own."""
+    return replace(record, drain_id=opened.drain_id, event_key=opened.event_key,
+                   event_value=opened.event_value, event_ids=opened.event_ids)  # fmt: skip

@@ -1,14 +1,15 @@
 """One drain as the history keeps it: plain JSON data, the same shape in the file, in `history --json` and in
 `/status` (`recent_drains`, `last_drain`). Pure but for naming a uid (pwd).
 
-A drain is known from three places, and each builder takes what it has: its start (`open_entry`: the event
-and the deadline, nothing done yet), its record when it ends (`entry_from_record`, with the signals the state
-file kept from before a restart), or only the state file (`entry_from_saved`: the daemon died and the drain
-cannot be finished, e.g. the host rebooted). Times are RFC 3339 UTC; per process, offsets in seconds from the
-drain's start; a rehearsal's signals are `would_send` (`signals` stays empty: nothing was sent). `end`
-is one of `ENDS`; `exit_status`/`exit_signal` are null where they cannot be known (a
-process that is not the daemon's child leaves no exit status to read); `sigterm` is the disposition seen
-before the signal, from which such a process's death of SIGTERM's default action is inferred (`detail`).
+Every entry renders one `DrainRecord` (its id, event, start, deadline, what it did) and the host it ran on.
+The record is known from three places: its start (`open_entry`: a record with nothing done yet), its run
+(`entry_from_record`, with the signals the state file kept from before a restart), or only the state file
+(`entry_from_saved`: the daemon died and the drain cannot be finished, e.g. the host rebooted).
+Times are RFC 3339 UTC; per process, offsets in seconds from the drain's start; a rehearsal's signals are
+`would_send` (`signals` stays empty: nothing was sent). `end` is one of `ENDS`; `exit_status`/`exit_signal`
+are null where they cannot be known (a process that is not the daemon's child leaves no exit status to
+read); `sigterm` is the disposition seen before the signal, from which such a process's death of SIGTERM's
+default action is inferred (`detail`).
 An entry written before a field existed lacks it: readers take a missing field as null.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import functools
 import pwd
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 
 from watchdog.core.clock import utc_text
 from watchdog.core.drain_record import (
@@ -49,24 +49,6 @@ _DETAIL = {
 Alive = Callable[[ProcessIdentity], bool]
 
 
-@dataclass(frozen=True)
-class DrainFacts:
-    """What the daemon knows of a drain besides its record: its id, start and deadline (wall seconds, the
-    first start of a resumed drain), the event it serves, how it runs, and the host's identity as far as
-    it is known (empty before the metadata server answered, and for a drill)."""
-
-    drain_id: str
-    started: float
-    deadline: float
-    event_key: str
-    event_value: str
-    event_ids: tuple[str, ...] = ()
-    dry_run: bool = False
-    late: bool = False
-    on_timeout: str = "kill"
-    host: Mapping[str, str] = field(default_factory=dict)  # core/identity.py host_fields: the known ones
-
-
 @functools.lru_cache(maxsize=256)
 def user_name(uid: int | None) -> str | None:
     """The login name of `uid` (its number when it has none; None when the uid is not known)."""
@@ -78,14 +60,17 @@ def user_name(uid: int | None) -> str | None:
         return str(uid)
 
 
-def open_entry(facts: DrainFacts) -> dict[str, object]:
+Host = Mapping[str, str]  # who the host is (core/identity.py host_fields: the known ones; {}: not known)
+
+
+def open_entry(record: DrainRecord, host: Host) -> dict[str, object]:
     """A drain that has just started: written at once, so a crash or a reboot mid-drain leaves a trace."""
-    return _entry(facts, outcome=None, ended=None, processes=[], notes=[])
+    return _entry(record, host, outcome=None, ended=None, processes=[], notes=[])
 
 
 def entry_from_record(
-    facts: DrainFacts,
     record: DrainRecord,
+    host: Host,
     on_file: Sequence[SignalRecord] = (),
     alive: Alive | None = None,
 ) -> dict[str, object]:
@@ -94,19 +79,18 @@ def entry_from_record(
     drain's file also has its event's earlier drains', which give times but are not its processes);
     `alive` tells which of those still run (they released the device) and which exited."""
     wall_of = {(s.identity, s.signal): s.sent_at or s.intent_at for s in on_file}
-    processes = [_from_record(facts, record, p, wall_of) for p in record.processes.values()]
+    processes = [_from_record(record, p, wall_of) for p in record.processes.values()]
     if record.dry_run:  # nothing was sent: what would have been is apart, so `signals` never misleads
         processes = [_would_send(p) for p in processes]
     seen = set(record.processes)
-    for identity, records in _by_process([s for s in on_file if s.intent_at >= facts.started]).items():
+    for identity, records in _by_process([s for s in on_file if s.intent_at >= record.started_wall]).items():
         if identity in seen:
             continue
         end = RELEASED if alive is not None and alive(identity) else EXITED
-        processes.append(_from_file(facts, records, end, "no longer held a device when the drain resumed"))
+        processes.append(_from_file(record, records, end, "no longer held a device when the drain resumed"))
     ended = None if record.ended is None else record.wall(record.ended)
     outcome = record.outcome.value if record.outcome else None
-    facts = replace(facts, dry_run=facts.dry_run or record.dry_run)
-    return _entry(facts, outcome=outcome, ended=ended, processes=processes, notes=list(record.notes))
+    return _entry(record, host, outcome=outcome, ended=ended, processes=processes, notes=list(record.notes))
 
 
 def rejoined(first: Mapping[str, object], entry: dict[str, object]) -> dict[str, object]:
@@ -129,11 +113,12 @@ def rejoined(first: Mapping[str, object], entry: dict[str, object]) -> dict[str,
 
 
 def entry_from_saved(
-    facts: DrainFacts, on_file: Sequence[SignalRecord], outcome: str, ended: float, why: str,
+    record: DrainRecord, host: Host, on_file: Sequence[SignalRecord], outcome: str, ended: float, why: str,
     alive: Alive | None = None,
 ) -> dict[str, object]:  # fmt: skip
-    """A drain that will never finish, from what the state file kept: its signals. `alive` None: the
-    processes cannot be looked at (another boot): their end is unknown unless SIGKILL went out."""
+    """A drain that will never finish, from what the state file kept: its record as opened (`opened`) and
+    its signals. `alive` None: the processes cannot be looked at (another boot): their end is unknown
+    unless SIGKILL went out."""
     processes = []
     for records in _by_process(on_file).values():
         identity = records[0].identity
@@ -143,39 +128,39 @@ def entry_from_saved(
             end = UNKNOWN
         else:
             end = STILL_RUNNING if alive(identity) else EXITED
-        processes.append(_from_file(facts, records, end, why))
-    return _entry(facts, outcome=outcome, ended=ended, processes=processes, notes=[why])
+        processes.append(_from_file(record, records, end, why))
+    return _entry(record, host, outcome=outcome, ended=ended, processes=processes, notes=[why])
 
 
 def _entry(
-    facts: DrainFacts, *, outcome: str | None, ended: float | None, processes: list[dict[str, object]],
-    notes: list[str],
+    record: DrainRecord, host: Host, *, outcome: str | None, ended: float | None,
+    processes: list[dict[str, object]], notes: list[str],
 ) -> dict[str, object]:  # fmt: skip
+    started = record.started_wall
     return {
         "version": ENTRY_VERSION,
-        "id": facts.drain_id,
-        "host": dict(facts.host),
-        "event": {"key": facts.event_key, "value": facts.event_value},
-        "event_ids": list(facts.event_ids),
-        "late": facts.late,
-        "dry_run": facts.dry_run,
-        "on_timeout": facts.on_timeout,
-        "started": utc_text(facts.started),
-        "deadline": utc_text(facts.deadline),
+        "id": record.drain_id,
+        "host": dict(host),
+        "event": {"key": record.event_key, "value": record.event_value},
+        "event_ids": list(record.event_ids),
+        "late": record.late,
+        "dry_run": record.dry_run,
+        "on_timeout": record.on_timeout,
+        "started": utc_text(started),
+        "deadline": utc_text(record.wall(record.deadline)),
         "ended": None if ended is None else utc_text(ended),
-        "duration": None if ended is None else round(max(0.0, ended - facts.started), 3),
+        "duration": None if ended is None else round(max(0.0, ended - started), 3),
         "outcome": outcome,
         "processes": processes,
         "notes": notes,
     }
 
 
-def _offset(facts: DrainFacts, wall: float | None) -> float | None:
-    return None if wall is None else round(wall - facts.started, 3)
+def _offset(record: DrainRecord, wall: float | None) -> float | None:
+    return None if wall is None else round(wall - record.started_wall, 3)
 
 
 def _from_record(
-    facts: DrainFacts,
     record: DrainRecord,
     proc: ProcessRecord,
     wall_of: Mapping[tuple[ProcessIdentity, str], float],
@@ -186,7 +171,7 @@ def _from_record(
         name = signal_name(s.signum)
         if s.result is SignalResult.SENT:
             wall = record.wall(s.at) if s.at is not None else wall_of.get((proc.identity, name))
-            sent.setdefault(name, _offset(facts, wall))
+            sent.setdefault(name, _offset(record, wall))
         else:
             not_sent.setdefault(name, s.result.value)
     status = proc.exit_status
@@ -198,14 +183,16 @@ def _from_record(
     ended_after = None if proc.ended_at is None or end == STILL_RUNNING else record.wall(proc.ended_at)
     return _process(
         proc.identity, proc.name, proc.uid, list(proc.devices), sent, not_sent, end,
-        _offset(facts, ended_after), status.code if status else None,
+        _offset(record, ended_after), status.code if status else None,
         status.signal_name if status else None, proc.late_arrival, detail,
         proc.sigterm.value if proc.sigterm else None, proc.workload,
     )  # fmt: skip
 
 
-def _from_file(facts: DrainFacts, records: list[SignalRecord], end: str, detail: str) -> dict[str, object]:
-    sent = {r.signal: _offset(facts, r.sent_at or r.intent_at) for r in records if r.result in (None, "sent")}
+def _from_file(record: DrainRecord, records: list[SignalRecord], end: str, detail: str) -> dict[str, object]:
+    sent = {
+        r.signal: _offset(record, r.sent_at or r.intent_at) for r in records if r.result in (None, "sent")
+    }
     not_sent = {r.signal: r.result for r in records if r.result not in (None, "sent")}
     first = records[0]
     return _process(
