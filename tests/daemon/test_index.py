@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 
 from tests.support.failing_logs import every_line_raising
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
-from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.index import HolderIndex
+from watchdog.daemon.index import HolderIndex, HoldersScanned
 from watchdog.daemon.outputs import Outputs
 from watchdog.host.holders import ScanResult
 from watchdog.surface.metrics import Metrics
@@ -51,16 +50,17 @@ def test_the_index_is_filled_at_start_and_refreshed_on_request(
     workloads: Workloads, stop: threading.Event, outputs: Outputs
 ) -> None:
     first = workloads.start("report")
-    published: queue.Queue[Sequence[Holder]] = queue.Queue()
+    published: queue.Queue[HoldersScanned] = queue.Queue()
     index = HolderIndex(
         OwnScanner(workloads), published.put, lambda: False, stop, interval=3600, outputs=outputs
     )
     index.start()
-    assert [h.identity for h in published.get(timeout=10)] == [first.identity]
-    wait_for(lambda: first.identity.pid in index.seen, what="the PIDs of the scan")  # set after publishing
+    scan = published.get(timeout=10)
+    assert [h.identity for h in scan.holders] == [first.identity]
+    assert first.identity.pid in scan.pids  # the PIDs it saw: a drain looks at the others alone
     second = workloads.start("report")
     index.refresh_soon()  # a drain ended: do not wait an hour
-    assert {h.identity for h in published.get(timeout=10)} == {first.identity, second.identity}
+    assert {h.identity for h in published.get(timeout=10).holders} == {first.identity, second.identity}
 
 
 def test_nothing_is_scanned_or_published_while_paused(
@@ -68,7 +68,7 @@ def test_nothing_is_scanned_or_published_while_paused(
 ) -> None:
     workloads.start("report")
     scanner = CountingScanner(workloads)
-    published: queue.Queue[Sequence[Holder]] = queue.Queue()
+    published: queue.Queue[HoldersScanned] = queue.Queue()
     paused = threading.Event()
     paused.set()
     index = HolderIndex(scanner, published.put, paused.is_set, stop, interval=0.05, outputs=outputs)
@@ -77,7 +77,7 @@ def test_nothing_is_scanned_or_published_while_paused(
         published.get(timeout=0.5)  # a negative check: ten refresh intervals, nothing published
     assert scanner.scans == 0
     paused.clear()
-    assert len(published.get(timeout=10)) == 1
+    assert len(published.get(timeout=10).holders) == 1
 
 
 def test_a_failed_refresh_is_logged_and_the_next_one_publishes(
@@ -86,13 +86,13 @@ def test_a_failed_refresh_is_logged_and_the_next_one_publishes(
     workloads.start("report")
     scanner = CountingScanner(workloads)
     scanner.fail = True
-    published: queue.Queue[Sequence[Holder]] = queue.Queue()
+    published: queue.Queue[HoldersScanned] = queue.Queue()
     index = HolderIndex(scanner, published.put, lambda: False, stop, interval=3600, outputs=outputs)
     index.start()
     wait_for(lambda: scanner.scans >= 1, what="the first refresh")
     scanner.fail = False
     index.refresh_soon()
-    assert len(published.get(timeout=10)) == 1
+    assert len(published.get(timeout=10).holders) == 1
     assert scanner.scans == 2  # the failed one published nothing
     assert "refreshing the holder index failed" in caplog.text
 
@@ -105,14 +105,14 @@ def test_a_failed_refresh_whose_line_raises_is_counted_and_the_refreshes_go_on(
     workloads.start("report")
     scanner = CountingScanner(workloads)
     scanner.fail = True
-    published: queue.Queue[Sequence[Holder]] = queue.Queue()
+    published: queue.Queue[HoldersScanned] = queue.Queue()
     index = HolderIndex(scanner, published.put, lambda: False, stop, interval=3600, outputs=outputs)
     with every_line_raising("tpu-watchdog") as lines:
         index.start()
         wait_for(lambda: lines.refused("refreshing the holder index failed"), what="the refused line")
         scanner.fail = False
         index.refresh_soon()
-        assert len(published.get(timeout=10)) == 1
+        assert len(published.get(timeout=10).holders) == 1
     errors = outputs.metrics.registry.get_sample_value(
         "tpu_watchdog_output_errors_total", {"output": Output.LOG.value}
     )

@@ -20,7 +20,8 @@ from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.metadata_values import parse_maintenance_event, parse_upcoming_maintenance
 from watchdog.daemon.departures import DEPARTURE_CHECK
 from watchdog.daemon.devices import DEVICE_CHECK
-from watchdog.daemon.loop import LOOP_CEILING, READY_WITHIN, Daemon, HoldersScanned
+from watchdog.daemon.index import HoldersScanned
+from watchdog.daemon.loop import LOOP_CEILING, READY_WITHIN, Daemon
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.watch import ValueChanged
 from watchdog.surface.notify import Notifier
@@ -159,7 +160,9 @@ def test_holders_are_looked_at_for_departures_every_departure_check(
     clock.advance(READY_WITHIN)
     assert turn(daemon, clock) == pytest.approx(device_check_in(daemon, clock))  # no holder to look at
     workloads.start("handled")
-    daemon.index._publish(tuple(OwnScanner(workloads).scan().holders))  # what the index thread does
-    assert isinstance(daemon.inbox.get_nowait(), HoldersScanned)  # the scan wakes the loop at once
+    daemon.index._publish(HoldersScanned(tuple(OwnScanner(workloads).scan().holders)))  # the index's thread
+    message = daemon.inbox.get_nowait()  # the scan wakes the loop at once
+    assert isinstance(message, HoldersScanned)
+    daemon._handle(message)
     assert turn(daemon, clock) == DEPARTURE_CHECK
     assert daemon.departures.tracked

@@ -16,6 +16,7 @@ from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord, Outcome
 from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import Lifecycle
+from watchdog.daemon.index import HoldersScanned
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.runner import DrainOrder, DrainRunner
 from watchdog.daemon.telling import SignalCounter, Telling
@@ -115,14 +116,14 @@ def test_indexed_holders_are_signalled_before_the_full_scan_and_newcomers_after_
     workloads: Workloads, state_dir: Path
 ) -> None:
     indexed = workloads.start("handled")
-    index = OwnScanner(workloads).scan().holders  # the loop's last scan: the warm index
+    index = HoldersScanned(tuple(OwnScanner(workloads).scan().holders))  # the warm index, PIDs unknown
     newcomer = workloads.start("handled")  # opened the device after that scan
     runner, done = runner_for(workloads, state_dir)
     scanner = GatedScanner(workloads)
     runner.scanner = scanner
-    runner.indexed = lambda: index
     todo = order(30.0)
-    runner.start(dataclasses.replace(todo, first_wave=runner.first_wave(deadline(todo))))  # as the loop does
+    first = runner.first_wave(deadline(todo), index)  # as the loop does
+    runner.start(dataclasses.replace(todo, first_wave=first))
     assert indexed.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
     assert newcomer.alive()
     assert [s.identity for s in runner.store.state.signals] == [indexed.identity]  # written ahead
@@ -139,13 +140,12 @@ def test_an_indexed_process_that_let_go_of_the_device_is_not_signalled(
     workloads: Workloads, state_dir: Path
 ) -> None:
     released = workloads.start("release")
-    index = OwnScanner(workloads).scan().holders
+    index = HoldersScanned(tuple(OwnScanner(workloads).scan().holders))
     released.popen.send_signal(signal.SIGTERM)  # closes the device, keeps running
     released.expect("released")
     runner, done = runner_for(workloads, state_dir)
-    runner.indexed = lambda: index
     todo = order(30.0)
-    assert runner.first_wave(deadline(todo)) == ()  # re-checked: it holds nothing now
+    assert runner.first_wave(deadline(todo), index) == ()  # re-checked: it holds nothing now
     runner.start(todo)
     record = done.get(timeout=30)
     assert record is not None
@@ -160,16 +160,18 @@ def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
     old = workloads.start("release")  # there at the index's scan, holding nothing then
     old.popen.send_signal(signal.SIGTERM)
     old.expect("released")
-    index = OwnScanner(workloads).scan()  # the loop's last scan: no holders, every PID seen
-    assert index.holders == ()
+    scan = OwnScanner(workloads).scan()  # the loop's last scan: no holders, every PID seen
+    assert scan.holders == ()
+    index = HoldersScanned(tuple(scan.holders), frozenset(scan.pids), scan.last_pid)
     old.reopen()  # an old process that opened a device since: only the full scan finds it
     new = workloads.start("handled")  # a job started after the index's scan: a PID it has not seen
     runner, done = runner_for(workloads, state_dir)
     scanner = GatedScanner(workloads)
     runner.scanner = scanner
-    runner.indexed, runner.known_pids = lambda: index.holders, lambda: (index.pids, index.last_pid)
     todo = order(30.0)
-    first = runner.first_wave(deadline(todo))  # as the loop does: the new PIDs looked at, nobody indexed
+    first = runner.first_wave(
+        deadline(todo), index
+    )  # as the loop does: the new PIDs looked at, nobody indexed
     assert [h.identity for h in first] == [new.identity]
     runner.start(dataclasses.replace(todo, first_wave=first))
     assert new.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned

@@ -141,7 +141,6 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     )
     if wiring.reloads is not None:
         wiring.reloads.forward(daemon.inbox.put)
-    daemon.view.webhooks = daemon.notices.webhooks  # /status shows each webhook, its URL redacted
     return Built(daemon, transport, metrics, store, host)
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.process import Holder
@@ -25,14 +26,25 @@ log = logging.getLogger("tpu-watchdog")
 HOLDER_REFRESH = 60.0  # s between idle refreshes of the index (and the holders gauge); each walks all fds
 
 
+@dataclass(frozen=True)
+class HoldersScanned:
+    """One full scan of the index, sent to the loop, which keeps the last (a drain's first wave starts from
+    it): who held a device, the PIDs the scan saw, and the last PID allocated before it (None: unknown; a
+    test's scanner may say neither) so a drain looks at the PIDs allocated since, alone."""
+
+    holders: tuple[Holder, ...] = ()
+    pids: frozenset[int] = frozenset()
+    last_pid: int | None = None
+
+
 class HolderIndex:
-    """Scans every `interval` s (and soon after `refresh_soon`) unless `paused()`; `publish(holders)` after
-    each scan that finished while still not paused."""
+    """Scans every `interval` s (and soon after `refresh_soon`) unless `paused()`; `publish(scan)` after
+    each scan that finished while still not paused (the loop's inbox: the loop alone keeps the index)."""
 
     def __init__(
         self,
         scanner: Scanner,
-        publish: Callable[[Sequence[Holder]], None],
+        publish: Callable[[HoldersScanned], None],
         paused: Callable[[], bool],
         stop: threading.Event,
         interval: float = HOLDER_REFRESH,
@@ -43,8 +55,6 @@ class HolderIndex:
         self._scanner, self._publish, self._paused, self._stop = scanner, publish, paused, stop
         self._outputs = outputs  # a failed line or publish is counted there; the refreshes go on
         self._interval, self._clock = interval, clock or SystemClock()  # the clock paces the refreshes
-        self.seen: frozenset[int] = frozenset()  # the PIDs of the last published scan (`newcomers` skips)
-        self.seen_after: int | None = None  # and the last PID allocated before it (`newcomers` starts there)
         self._wake = threading.Event()
         self._wake.set()  # the first refresh at once: a drain soon after start has an index
         self._thread: threading.Thread | None = None
@@ -76,7 +86,9 @@ class HolderIndex:
                     log.exception("refreshing the holder index failed")
                 continue
             if not self._paused():
+                scan = HoldersScanned(
+                    tuple(result.holders), frozenset(getattr(result, "pids", ())),
+                    getattr(result, "last_pid", None),
+                )  # fmt: skip
                 with self._outputs.guarded(Output.STATUS):
-                    self._publish(tuple(result.holders))  # before `seen`: a new holder is then never missed
-                self.seen_after = getattr(result, "last_pid", None)  # before `seen`: never ahead of it
-                self.seen = frozenset(getattr(result, "pids", ()))  # a test's scanner may not say
+                    self._publish(scan)

@@ -52,14 +52,14 @@ from watchdog.core.moments import (
     Moment,
     moment_of,
 )
-from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
 from watchdog.daemon.departures import Departures
 from watchdog.daemon.devices import DeviceWatch
 from watchdog.daemon.drain import ExitWaiter, Scanner, Signaller
 from watchdog.daemon.identity import Fetch, learn_identity
-from watchdog.daemon.index import HolderIndex
+from watchdog.daemon.index import HolderIndex, HoldersScanned
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
 from watchdog.daemon.notice import NoticeTiming
 from watchdog.daemon.notices import Notices
@@ -101,12 +101,6 @@ class ThreadReturned:
     told from it), or None: the attempt failed, and it is started again."""
 
     record: DrainRecord | None
-
-
-@dataclass(frozen=True)
-class HoldersScanned:
-    """The index published a scan: the loop watches its holders for departures from now, not from its
-    next due time (a holder gone before that would leave unsaid)."""
 
 
 Message: TypeAlias = WatchEvent | ThreadReturned | HoldersScanned | ReloadAsked  # what the inbox carries
@@ -151,16 +145,17 @@ class Daemon:
         self.recorder = HistoryEntries(
             store, config, metrics, self.clock, outputs=self.outputs, host=lambda: self.view.host
         )
+        self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
         self.view = StatusView(
-            config, self.clock, self.watcher, self.lifecycle, metrics.registry, account=self.recorder
-        )
+            config, self.clock, self.watcher, self.lifecycle, metrics.registry, account=self.recorder,
+            webhooks=self.notices.webhooks,
+        )  # fmt: skip
         self.recorder.restored(saved, self.lifecycle)  # the drain on file that will not be resumed
         self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action, self.outputs)
         self._identity = identity
         self.notice_timing = NoticeTiming(
             lambda: self.view.values, self.lifecycle, lambda: self.policy, self.outputs
         )
-        self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
         self.telling = Telling(self.outputs, self.lifecycle, [
             self.recorder, LifecycleGauges(metrics), SignalCounter(metrics), self.view,
             SystemdStatus(notifier, self.view.summary), LogLines(self.policy.ladder, config.dry_run),
@@ -173,12 +168,9 @@ class Daemon:
             persistence_changed=self.reporter.persistence, outputs=self.outputs, tell=self.telling.tell,
             scanned=self.reporter.drain_scanned, processes=processes,
         )  # fmt: skip
-        self.runner.indexed = lambda: self.view.holders  # replaced whole by each scan
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
-        self.index = HolderIndex(
-            scanner, self._holders_scanned, busy, stop, outputs=self.outputs, clock=self.clock
-        )
-        self.runner.known_pids = lambda: (self.index.seen, self.index.seen_after)  # new PIDs: first wave
+        self.index = HolderIndex(scanner, self.inbox.put, busy, stop, outputs=self.outputs, clock=self.clock)
+        self.indexed = HoldersScanned()  # the index's last scan: a drain's first wave starts from it
         self._answered: set[str] = set()
         self.last_record: DrainRecord | None = None  # the last drain's record: a reopened one goes on
         self._ready_sent = False
@@ -283,7 +275,9 @@ class Daemon:
 
     def _handle(self, message: Message) -> None:
         if isinstance(message, HoldersScanned):
-            return  # what it asks for, `_timers` does next (`_departures`)
+            self.indexed = message  # `_timers` watches its holders for departures next (`_departures`)
+            self.reporter.holders_scanned(message.holders)
+            return
         if isinstance(message, ThreadReturned):
             self._drain_done(message.record)
             return
@@ -447,7 +441,7 @@ class Daemon:
             sent, at = already.setdefault(record.identity, {}), record.sent_at or record.intent_at
             sent.setdefault(int(signal.Signals[record.signal]), self._to_mono(at))
         self._next_progress = self.clock.monotonic() + self.progress_interval
-        first = self.runner.first_wave(self._to_mono(deadline))
+        first = self.runner.first_wave(self._to_mono(deadline), self.indexed)
         started = (
             None if active is None else self.clock.monotonic() - max(0.0, self.clock.wall() - active.started)
         )
@@ -520,11 +514,6 @@ class Daemon:
         if self.reporter.listener(address, error):
             with self.outputs.guarded(Output.NOTIFY):
                 self.notifier.status(self.view.summary())
-
-    def _holders_scanned(self, holders: Sequence[Holder]) -> None:
-        """The index's thread: show the scan, and wake the loop for it."""
-        self.reporter.holders_scanned(holders)
-        self.inbox.put(HoldersScanned())
 
     def _identity_learned(self, identity: HostIdentity) -> None:
         self.view.identity = identity

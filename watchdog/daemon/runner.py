@@ -36,6 +36,7 @@ from watchdog.core.moments import HoldersFound, Moment, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.drain import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
+from watchdog.daemon.index import HoldersScanned
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
 from watchdog.host.exits import Wakeup
@@ -105,9 +106,6 @@ class DrainRunner(DrainListener):
         self.deadline_mono = 0.0
         self._admit = True
         self.wakeup = Wakeup()  # one for the daemon's life: a drain polls it with its pidfds
-        self.indexed: Callable[[], Sequence[Holder]] = tuple  # the warm holder index; the loop sets it
-        # The PIDs the index has seen, and the last PID allocated before its scan (None: unknown); likewise.
-        self.known_pids: Callable[[], tuple[Collection[int], int | None]] = lambda: (frozenset(), None)
         self._order: DrainOrder | None = None
 
     @property
@@ -195,10 +193,10 @@ class DrainRunner(DrainListener):
             order.started_wall, order.wall_deadline, self.clock.wall(),
         ))  # fmt: skip
 
-    def first_wave(self, deadline: float) -> tuple[Holder, ...]:
-        """The holders a drain signals at once, without a scan of every fd on the host: the indexed holders
-        still holding a device, re-checked, and the holders among the PIDs the index has not seen (a job
-        started since its last scan). A few reads per indexed holder plus a look at the new PIDs, in the
+    def first_wave(self, deadline: float, indexed: HoldersScanned) -> tuple[Holder, ...]:
+        """The holders a drain signals at once, without a scan of every fd on the host: the holders of the
+        index's last scan (`indexed`) still holding a device, re-checked, and the holders among the PIDs it
+        has not seen (a job started since). A few reads per indexed holder plus a look at the new PIDs, in the
         caller's thread (the loop's: their intents go in the drain's own state write). () when there are
         none, the scanner can do neither (a test's), or the deadline (monotonic) has passed: then the full
         scan decides who is killed. A failed look only costs the head start: the full scan follows."""
@@ -209,8 +207,7 @@ class DrainRunner(DrainListener):
         recheck = getattr(self.scanner, "recheck", None)
         if recheck is not None:
             try:
-                indexed = self.indexed()
-                wave += recheck(indexed) if indexed else ()
+                wave += recheck(indexed.holders) if indexed.holders else ()
             except Exception:
                 with self.outputs.guarded(Output.LOG):
                     log.exception("re-checking the indexed holders failed; scanning them all")
@@ -218,9 +215,9 @@ class DrainRunner(DrainListener):
         newcomers = getattr(self.scanner, "newcomers", None)
         if newcomers is not None:
             try:
-                pids, after = self.known_pids()
-                known, taken = frozenset(pids), {h.identity for h in wave}
-                wave += [h for h in newcomers(known, after) if h.identity not in taken] if known else ()
+                taken = {h.identity for h in wave}
+                found = newcomers(indexed.pids, indexed.last_pid) if indexed.pids else ()
+                wave += [h for h in found if h.identity not in taken]
             except Exception:
                 with self.outputs.guarded(Output.LOG):
                     log.exception("scanning the processes the index has not seen failed; scanning them all")

@@ -62,9 +62,11 @@ class StatusView:
         lifecycle: Lifecycle,
         registry: CollectorRegistry,
         account: Account | None = None,
+        webhooks: Callable[[], list[dict[str, object]]] = list,
     ) -> None:
         """`lifecycle`: the loop's, as shown until the first moment is told. `account`: the history, and the
-        drains' entries in it (None: no history, a test's view)."""
+        drains' entries in it (None: no history, a test's view). `webhooks`: each webhook in use, its URL
+        redacted (`Notices.webhooks`)."""
         self.config = config
         self.account = account
         self.clock = clock
@@ -84,7 +86,7 @@ class StatusView:
         # /status `http`: where it listens (None until bound) and how many binds failed before
         self.http: dict[str, object] = {"listen": str(config.listen), "address": None, "error": None,
                                         "failed_binds": 0}  # fmt: skip
-        self.webhooks: Callable[[], list[dict[str, object]]] = list  # each webhook, its URL redacted
+        self.webhooks = webhooks
         self._started = clock.wall()
         self._last_tick = clock.monotonic()
 
