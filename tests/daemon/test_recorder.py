@@ -129,6 +129,7 @@ def test_the_history_subscribes_a_drain_is_opened_when_told_started_and_written_
     started = life.observe("maintenance-event", Trigger("maintenance-event", TERMINATE, 30.0), now)
     drain, event = life.drain, life.drain_event()
     assert drain is not None
+    store.apply(store.lifecycle_change(life.events.values(), drain, None, on_timeout="kill"))  # the loop's
     for action in started:
         recorder.told(moment_of(action, 1.8e9), life)
     opened = recorder.history.find(drain.drain_id)
@@ -144,3 +145,24 @@ def test_the_history_subscribes_a_drain_is_opened_when_told_started_and_written_
     assert metrics.registry.get_sample_value("tpu_watchdog_drains_total", {"outcome": "exited"}) == 1
     assert recorder.current is None  # no drain runs now
     assert view_of(life, SystemClock(), tmp_path, account=recorder).status()["last_drain"] == ended
+
+
+def test_a_drain_s_opening_entry_waits_for_the_state_file_to_know_the_drain(tmp_path: Path) -> None:
+    """Killed between the two writes, a daemon must not leave in the history a drain its state file never
+    had: the restart would start another drain for the same event, and the history would hold two."""
+    store, metrics = StateStore(str(tmp_path)), Metrics()
+    config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
+    recorder = HistoryEntries(store, config, metrics, SystemClock(), Outputs(metrics))
+    life = Lifecycle()
+    started = life.observe("maintenance-event", Trigger("maintenance-event", TERMINATE, 30.0), time.time())
+    drain = life.drain
+    assert drain is not None
+    for action in started:  # told before the writer's thread has written the drain's state
+        recorder.told(moment_of(action, 1.8e9), life)
+    assert recorder.history.find(drain.drain_id) is None
+    assert load_entries(str(tmp_path / HISTORY_FILE)) == []
+    store.apply(store.lifecycle_change(life.events.values(), drain, None, on_timeout="kill"))
+    recorder.seen(life)  # what the loop does when the writer says it wrote
+    opened = recorder.history.find(drain.drain_id)
+    assert opened is not None
+    assert opened["outcome"] is None

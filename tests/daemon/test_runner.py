@@ -16,26 +16,43 @@ from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord, Outcome
 from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import Lifecycle
+from watchdog.core.moments import HoldersFound, ProcessSignalled
 from watchdog.daemon.index import HoldersScanned
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.runner import DrainOrder, DrainRunner
+from watchdog.daemon.runner import DrainOrder, DrainReport, DrainRunner, ThreadReturned
 from watchdog.daemon.telling import SignalCounter, Telling
 from watchdog.host.holders import ScanResult
 from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
 
 
+class Reports:
+    """The drain's reports, taken as the daemon's loop takes them: its moments told (the signal counter),
+    `get` returning the record it ended with (None: the attempt failed)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.inbox: queue.Queue[DrainReport] = queue.Queue()
+        self.telling = Telling(Outputs(metrics), Lifecycle(), [SignalCounter(metrics)])
+
+    def get(self, timeout: float) -> DrainRecord | None:
+        while True:
+            report = self.inbox.get(timeout=timeout)
+            if isinstance(report, ThreadReturned):
+                return report.record
+            if isinstance(report, (HoldersFound, ProcessSignalled)):
+                self.telling.tell(report)
+
+
 def runner_for(
     workloads: Workloads, state_dir: Path, store: StateStore | None = None, metrics: Metrics | None = None
-) -> tuple[DrainRunner, queue.Queue[DrainRecord | None]]:
-    done: queue.Queue[DrainRecord | None] = queue.Queue()
+) -> tuple[DrainRunner, Reports]:
     config = dataclasses.replace(default_config(), devices=(str(workloads.device),), state_dir=str(state_dir))
     store = store or StateStore(str(state_dir))
     metrics = metrics or Metrics()
+    done = Reports(metrics)
     runner = DrainRunner(
-        config, scanner=OwnScanner(workloads), store=store, clock=SystemClock(),
-        stop=threading.Event(), done=done.put, published=lambda _: None, persistence_changed=lambda: None,
-        outputs=Outputs(metrics), tell=Telling(Outputs(metrics), Lifecycle(), [SignalCounter(metrics)]).tell,
+        config, scanner=OwnScanner(workloads), store=store, clock=SystemClock(), stop=threading.Event(),
+        report=done.inbox.put, persistence_changed=lambda: None, outputs=Outputs(metrics),
     )  # fmt: skip
     return runner, done
 

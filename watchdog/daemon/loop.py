@@ -49,7 +49,9 @@ from watchdog.core.moments import (
     DrainEnded,
     DrainProgress,
     DrainStarted,
+    HoldersFound,
     Moment,
+    ProcessSignalled,
     moment_of,
 )
 from watchdog.core.process import ProcessIdentity
@@ -67,7 +69,15 @@ from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.recorder import HistoryEntries
 from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
-from watchdog.daemon.runner import RESCAN_INTERVAL, DrainOrder, DrainRunner
+from watchdog.daemon.runner import (
+    RESCAN_INTERVAL,
+    DrainOrder,
+    DrainReport,
+    DrainRunner,
+    DrainScanned,
+    RecordChanged,
+    ThreadReturned,
+)
 from watchdog.daemon.sighup import ReloadAsked
 from watchdog.daemon.telling import LifecycleGauges, SignalCounter, SiteHooks, SystemdStatus, Telling
 from watchdog.daemon.view import StatusView
@@ -96,14 +106,12 @@ READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichev
 
 
 @dataclass(frozen=True)
-class ThreadReturned:
-    """The drain's thread returned: the drain's record, for the loop to take (the `DrainEnded` moment is
-    told from it), or None: the attempt failed, and it is started again."""
-
-    record: DrainRecord | None
+class PersistenceChanged:
+    """The state writer wrote (or failed to): whether the state file is persisted, for the loop to show."""
 
 
-Message: TypeAlias = WatchEvent | ThreadReturned | HoldersScanned | ReloadAsked  # what the inbox carries
+# What the inbox carries: the watches' answers, the index's scans, a drain's reports, SIGHUP, the writer.
+Message: TypeAlias = WatchEvent | HoldersScanned | DrainReport | ReloadAsked | PersistenceChanged
 
 
 class Daemon:
@@ -163,10 +171,9 @@ class Daemon:
         ])  # fmt: skip
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
-            config, scanner=scanner, store=store, clock=self.clock, stop=stop,
-            done=lambda record: self.inbox.put(ThreadReturned(record)), published=self.view.drain_update,
-            persistence_changed=self.reporter.persistence, outputs=self.outputs, tell=self.telling.tell,
-            scanned=self.reporter.drain_scanned, processes=processes,
+            config, scanner=scanner, store=store, clock=self.clock, stop=stop, report=self.inbox.put,
+            persistence_changed=lambda: self.inbox.put(PersistenceChanged()), outputs=self.outputs,
+            processes=processes,
         )  # fmt: skip
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
         self.index = HolderIndex(scanner, self.inbox.put, busy, stop, outputs=self.outputs, clock=self.clock)
@@ -278,8 +285,12 @@ class Daemon:
             self.indexed = message  # `_timers` watches its holders for departures next (`_departures`)
             self.reporter.holders_scanned(message.holders)
             return
-        if isinstance(message, ThreadReturned):
-            self._drain_done(message.record)
+        if isinstance(message, (ThreadReturned, RecordChanged, DrainScanned, HoldersFound, ProcessSignalled)):
+            self._drain_reported(message)
+            return
+        if isinstance(message, PersistenceChanged):
+            self.reporter.persistence()
+            self.recorder.seen(self.lifecycle)  # a drain's opening entry follows its state onto the disk
             return
         if isinstance(message, ReloadAsked):
             self.reloader.reload(self)
@@ -473,6 +484,18 @@ class Daemon:
             return None
         return last
 
+    def _drain_reported(self, report: DrainReport) -> None:
+        """What the drain's thread reported, in the order it happened: shown and told here, so every
+        subscriber hears the moments of the loop and of the drain from one thread, in one order."""
+        if isinstance(report, ThreadReturned):
+            self._drain_done(report.record)
+        elif isinstance(report, RecordChanged):
+            self.view.drain_update(report.record)
+        elif isinstance(report, DrainScanned):
+            self.reporter.drain_scanned(report.holders)
+        else:
+            self.telling.tell(report)
+
     def _drain_done(self, record: DrainRecord | None) -> None:
         self.runner.finished()
         self.newcomers.taken_on(record.processes if record is not None else ())
@@ -532,12 +555,24 @@ class Daemon:
             log.error("test fault: %s exists, wedging the main loop", self._wedge_file)
             self.stop.wait()
 
+    def _last_reports(self) -> None:
+        """What the drain reported as it stopped (its last signals, its interrupted record) is still told;
+        the rest of the inbox waits for the next start (the state file keeps the events)."""
+        while True:
+            try:
+                message = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(message, (RecordChanged, DrainScanned, HoldersFound, ProcessSignalled)):
+                self._guarded(self._drain_reported, message)
+
     def _shutdown(self) -> None:
         with self.outputs.guarded(Output.NOTIFY):
             self.notifier.stopping(
                 "stopping: state saved" + (", drain resumes on start" if self.runner.running else "")
             )
         self.runner.join(timeout=1.5)
+        self._last_reports()
         if not self.runner.writer.flush(1.0):  # the last state, in place before the process ends
             with self.outputs.guarded(Output.LOG):
                 log.error("stopping with the state file's last writes not done: the disk is stuck")

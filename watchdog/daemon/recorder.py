@@ -109,7 +109,9 @@ class HistoryEntries:
         self._persisted()
 
     def seen(self, lifecycle: Lifecycle) -> None:
-        """A drain not yet in the history gets its opening entry."""
+        """A drain not yet in the history gets its opening entry, once the state file knows it (the loop
+        calls this again after each state write): a kill -9 between the two would otherwise leave in the
+        history a drain that no restart resumes, beside the one the restart starts for the same event."""
         self._guarded(self._seen, lifecycle)
 
     def _seen(self, lifecycle: Lifecycle) -> None:
@@ -119,7 +121,8 @@ class HistoryEntries:
             return
         opened, host = self._opened(drain, lifecycle.events.values()), self._host(drain.drain_id)
         self.current = opened, host
-        if drain.drain_id == self._recorded:
+        on_file = self.store.state.drain
+        if drain.drain_id == self._recorded or on_file is None or on_file.drain_id != drain.drain_id:
             return
         self._recorded = drain.drain_id  # one id, not every drain's: a daemon runs for years
         if self.history.find(drain.drain_id) is None:  # a resumed drain has its entry already

@@ -14,8 +14,11 @@ neither a scan of every fd on the host nor a second write. Then the full scan (a
 device since), and its newcomers are signalled as before. With no index yet, the drain starts from a full
 scan.
 
-What the drain thread tells (its log lines, the signal counters, the state file's status) is guarded
-(`Outputs`): a failing output never ends a drain, so never makes it start again.
+The drain's thread tells nothing and shows nothing itself: what it has to say (its holders found, each
+signal, its record as it changes, its scans, its end) it reports to the loop (`report`: the loop's inbox,
+one queue, so the loop hears it in the order it happened), and the loop tells and shows it. The loop and
+the drain share nothing else but what the loop hands the drain through `move_deadline`, `admit` and
+`cancel_drain`, each value replaced whole and the drain woken for it.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ import signal
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeAlias
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
-from watchdog.core.moments import HoldersFound, Moment, ProcessSignalled
+from watchdog.core.moments import HoldersFound, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.drain import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
@@ -49,6 +53,34 @@ log = logging.getLogger("tpu-watchdog")
 RESCAN_INTERVAL = 1.0  # s between scans while an event is on: a drain's rescans, and the late-arrival watch
 FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
 FLUSH_WAIT = 5.0  # longest a drain's end waits for its state-file writes (a stuck disk must not stop it)
+
+
+@dataclass(frozen=True)
+class ThreadReturned:
+    """The drain's thread returned: the drain's record, for the loop to take (the `DrainEnded` moment is
+    told from it), or None: the attempt failed, and it is started again."""
+
+    record: DrainRecord | None
+
+
+@dataclass(frozen=True)
+class RecordChanged:
+    """A copy of the running drain's record, as it changed (at most every 0.1 s, and at its end): /status
+    and the progress lines show it."""
+
+    record: DrainRecord
+
+
+@dataclass(frozen=True)
+class DrainScanned:
+    """A scan of the drain's (every second while it runs): who holds a device now, for /status and the
+    holder gauges."""
+
+    holders: tuple[Holder, ...]
+
+
+# What a drain's thread reports to the loop; the two moments are the loop's to tell.
+DrainReport: TypeAlias = ThreadReturned | RecordChanged | DrainScanned | HoldersFound | ProcessSignalled
 
 
 @dataclass(frozen=True)
@@ -85,21 +117,17 @@ class DrainRunner(DrainListener):
         store: StateStore,
         clock: Clock,
         stop: threading.Event,
-        done: Callable[[DrainRecord | None], None],
-        published: Callable[[DrainRecord], None],
+        report: Callable[[DrainReport], None],
         persistence_changed: Callable[[], None],
         outputs: Outputs,
-        tell: Callable[[Moment], None],
-        scanned: Callable[[Sequence[Holder]], None] = lambda _: None,
         processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None,
     ) -> None:
-        """`tell`: the moments of the drain's thread (each signal), to the outputs that subscribe.
-        `processes`: each drain's signaller and exit waiter (a test's scripted world); None: pidfds."""
+        """`report`: where the drain's thread reports (the loop's inbox). `processes`: each drain's
+        signaller and exit waiter (a test's scripted world); None: pidfds."""
         self.processes = processes
         self.config, self.scanner, self.store = config, scanner, store
-        self.outputs, self._tell = outputs, tell
+        self.outputs, self._report = outputs, report
         self.clock, self.stop = clock, stop
-        self._done, self._published, self._scanned = done, published, scanned
         self.writer = StateWriter(store, persistence_changed)  # the waves' writes, off the signal path
         self.cancel = threading.Event()
         self.thread: threading.Thread | None = None
@@ -174,7 +202,7 @@ class DrainRunner(DrainListener):
                 log.exception("the drain failed; starting it again with the same deadline")
         finally:
             self._flush()  # the loop's next write comes after the drain's
-            self._done(record)
+            self._report(ThreadReturned(record))
 
     def _to_mono(self, wall: float) -> float:
         return self.clock.monotonic() - (self.clock.wall() - wall)
@@ -188,7 +216,7 @@ class DrainRunner(DrainListener):
         plan = order.plan
         ask = plan.ladder.ask.signum
         fresh = sum(ask not in plan.already_signalled.get(h.identity, ()) for h in holders)
-        self._tell(HoldersFound(
+        self._report(HoldersFound(
             order.cause, plan.drain_id, plan.late, len(holders), fresh, plan.ladder, plan.dry_run,
             order.started_wall, order.wall_deadline, self.clock.wall(),
         ))  # fmt: skip
@@ -234,7 +262,7 @@ class DrainRunner(DrainListener):
                 if attempt + 1 == FIRST_SCAN_TRIES or self.clock.wait(0.2, self.stop.wait):
                     raise
                 continue
-            self._scanned(holders)  # its owner guards what it tells (`Reporter.drain_scanned`)
+            self._report(DrainScanned(holders))
             return holders
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -256,11 +284,11 @@ class DrainRunner(DrainListener):
     def _said_sent(
         self, identity: ProcessIdentity, signum: int, result: SignalResult, record: DrainRecord
     ) -> None:
-        """One signal sent: told to the subscribers (its counter, its log line), the signal out already."""
+        """One signal sent: reported to the loop, which tells the subscribers (its counter, its log line)."""
         order = self._order
         drain_id, event_ids = (order.plan.drain_id, order.event_ids) if order else ("", ())
         proc = record.processes.get(identity)
-        self._tell(ProcessSignalled(
+        self._report(ProcessSignalled(
             identity, _name(record, identity), signum, result, drain_id, event_ids,
             late=bool(proc and proc.late_arrival), workload=proc.workload if proc else None,
             dry_run=self.config.dry_run,
@@ -269,10 +297,10 @@ class DrainRunner(DrainListener):
     def updated(self, record: DrainRecord) -> None:
         if record.outcome is not None:
             self._flush()  # the drain's end is shown, and taken by the loop, once its writes are done
-        self._published(record)
+        self._report(RecordChanged(record))
 
     def scanned(self, holders: Sequence[Holder]) -> None:
-        self._scanned(holders)
+        self._report(DrainScanned(tuple(holders)))
 
     def deadline(self) -> float | None:
         return self.deadline_mono

@@ -7,8 +7,8 @@ write or run on threads of their own).
 The subscribers, in the order they are told: the history and its drain counters (`daemon/recorder.py`),
 the state and deadline gauges and the signal counter (metrics), /status (`daemon/view.py`) and systemd's
 STATUS= line, the log lines (`daemon/announce.py`), the webhook notices (`daemon/notices.py`) and the
-site hooks. The loop and the drain's thread both tell, so
-every subscriber is safe to call from either.
+site hooks. Only the loop tells: the drain's thread reports its moments (holders found, each signal) to
+the loop's inbox (`daemon/runner.py`), so every subscriber is called from one thread, in one order.
 """
 
 from __future__ import annotations
