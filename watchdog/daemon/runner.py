@@ -16,13 +16,15 @@ scan.
 
 The drain's thread tells nothing and shows nothing itself: what it has to say (its holders found, each
 signal, its record as it changes, its scans, its end) it reports to the loop (`report`: the loop's inbox,
-one queue, so the loop hears it in the order it happened), and the loop tells and shows it. The loop and
-the drain share nothing else but what the loop hands the drain through `move_deadline`, `admit` and
-`cancel_drain`, each value replaced whole and the drain woken for it.
+one queue, so the loop hears it in the order it happened), and the loop tells and shows it. The other way,
+the loop says what changed (`move_deadline`, `admit`) in the drain's own queue, and `cancel_drain` sets the
+drain's cancel event; each rings the drain's `wakeup`, so it hears at once. The two threads share nothing
+but those queues and the order the drain was started with.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import logging
@@ -84,6 +86,21 @@ DrainReport: TypeAlias = ThreadReturned | RecordChanged | DrainScanned | Holders
 
 
 @dataclass(frozen=True)
+class DeadlineMoved:
+    """The loop to the drain: the deadline now (monotonic); the drain takes it only if earlier."""
+
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The loop to the drain: whether it may signal processes nobody signalled before (after a restart,
+    not until the metadata server confirms the event)."""
+
+    admit: bool
+
+
+@dataclass(frozen=True)
 class DrainOrder:
     """One drain to run: its plan, as far as the loop knows it (the deadline on the drain's monotonic clock,
     the ladder, dry run, the signals sent before, late, its id and start; the runner adds what its first
@@ -104,10 +121,9 @@ class DrainOrder:
 
 
 class DrainRunner(DrainListener):
-    """Starts drains and carries their listener's calls. What the drain thread reads (its deadline, whether
-    it may signal newcomers, whether it is cancelled) the loop thread changes only through `move_deadline`,
-    `admit` and `cancel_drain`, each of which rings the drain's `wakeup`: the drain sees the change at once
-    and never polls for it. Each value is replaced whole, never mutated."""
+    """Starts drains (the loop's side) and is their listener (the drain thread's side). The loop's words to
+    a running drain go through `move_deadline`, `admit` and `cancel_drain`: messages the drain takes on its
+    next turn, woken for them (`wakeup`), never polling."""
 
     def __init__(
         self,
@@ -129,12 +145,15 @@ class DrainRunner(DrainListener):
         self.outputs, self._report = outputs, report
         self.clock, self.stop = clock, stop
         self.writer = StateWriter(store, persistence_changed)  # the waves' writes, off the signal path
-        self.cancel = threading.Event()
+        self.cancel = threading.Event()  # the running drain's: a new one for each drain
         self.thread: threading.Thread | None = None
-        self.deadline_mono = 0.0
-        self._admit = True
+        self._admit = True  # what the loop last said
+        self._to_drain: collections.deque[DeadlineMoved | Admission] = collections.deque()
         self.wakeup = Wakeup()  # one for the daemon's life: a drain polls it with its pidfds
+        # The drain thread's own, set before it starts: its order, its deadline and admission as last told.
         self._order: DrainOrder | None = None
+        self._deadline_now: float | None = None
+        self._admits_now = True
 
     @property
     def running(self) -> bool:
@@ -148,23 +167,26 @@ class DrainRunner(DrainListener):
     def admit(self, admit: bool) -> None:
         if admit != self._admit:
             self._admit = admit
-            self.wakeup.ring()
+            self._tell_drain(Admission(admit))
 
     def move_deadline(self, deadline: float) -> None:
         """The drain's deadline now (monotonic); the drain takes it only if earlier (`DrainCore`)."""
-        self.deadline_mono = deadline
-        self.wakeup.ring()
+        self._tell_drain(DeadlineMoved(deadline))
 
     def cancel_drain(self) -> None:
         """The event went away: the drain stops, and nothing is SIGKILLed from now on."""
         self.cancel.set()
         self.wakeup.ring()
 
+    def _tell_drain(self, change: DeadlineMoved | Admission) -> None:
+        self._to_drain.append(change)
+        self.wakeup.ring()
+
     def start(self, order: DrainOrder) -> None:
-        """Run `order` in a new thread; `done(record)` when it ends (`done(None)`: the attempt failed)."""
-        self.cancel.clear()
-        self.deadline_mono = order.plan.deadline or 0.0  # never None (DrainOrder)
-        self._order = order
+        """Run `order` in a new thread; it reports `ThreadReturned` at its end (None: the attempt failed)."""
+        self.cancel = threading.Event()
+        self._to_drain.clear()  # the order has the deadline and admission as they are now
+        self._order, self._deadline_now, self._admits_now = order, order.plan.deadline, self._admit
         # The loop has queued the write of the drain's own state (`StateWriter.save`) before this: the
         # drain's first write-ahead comes after it in the writer's queue, so a crash in between can never
         # leave a signal recorded for a drain the state file does not know.
@@ -303,10 +325,21 @@ class DrainRunner(DrainListener):
         self._report(DrainScanned(tuple(holders)))
 
     def deadline(self) -> float | None:
-        return self.deadline_mono
+        self._take_changes()
+        return self._deadline_now
 
     def admits_newcomers(self) -> bool:
-        return self._admit
+        self._take_changes()
+        return self._admits_now
+
+    def _take_changes(self) -> None:
+        """What the loop said since the drain last looked, in order (the drain's thread)."""
+        while self._to_drain:
+            change = self._to_drain.popleft()
+            if isinstance(change, DeadlineMoved):
+                self._deadline_now = change.deadline
+            else:
+                self._admits_now = change.admit
 
 
 def earlier_processes(
