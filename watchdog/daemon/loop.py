@@ -74,7 +74,7 @@ from watchdog.daemon.runner import (
     DrainOrder,
     DrainReport,
     DrainRunner,
-    DrainScanned,
+    HoldersNow,
     RecordChanged,
     ThreadReturned,
 )
@@ -285,7 +285,7 @@ class Daemon:
             self.indexed = message  # `_timers` watches its holders for departures next (`_departures`)
             self.reporter.holders_scanned(message.holders)
             return
-        if isinstance(message, (ThreadReturned, RecordChanged, DrainScanned, HoldersFound, ProcessSignalled)):
+        if isinstance(message, (ThreadReturned, RecordChanged, HoldersNow, HoldersFound, ProcessSignalled)):
             self._drain_reported(message)
             return
         if isinstance(message, PersistenceChanged):
@@ -491,7 +491,7 @@ class Daemon:
             self._drain_done(report.record)
         elif isinstance(report, RecordChanged):
             self.view.drain_update(report.record)
-        elif isinstance(report, DrainScanned):
+        elif isinstance(report, HoldersNow):
             self.reporter.drain_scanned(report.holders)
         else:
             self.telling.tell(report)
@@ -563,7 +563,7 @@ class Daemon:
                 message = self.inbox.get_nowait()
             except queue.Empty:
                 return
-            if isinstance(message, (RecordChanged, DrainScanned, HoldersFound, ProcessSignalled)):
+            if isinstance(message, (RecordChanged, HoldersNow, HoldersFound, ProcessSignalled)):
                 self._guarded(self._drain_reported, message)
 
     def _shutdown(self) -> None:

@@ -74,7 +74,7 @@ class RecordChanged:
 
 
 @dataclass(frozen=True)
-class DrainScanned:
+class HoldersNow:
     """A scan of the drain's (every second while it runs): who holds a device now, for /status and the
     holder gauges."""
 
@@ -82,7 +82,7 @@ class DrainScanned:
 
 
 # What a drain's thread reports to the loop; the two moments are the loop's to tell.
-DrainReport: TypeAlias = ThreadReturned | RecordChanged | DrainScanned | HoldersFound | ProcessSignalled
+DrainReport: TypeAlias = ThreadReturned | RecordChanged | HoldersNow | HoldersFound | ProcessSignalled
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,7 @@ class DrainRunner(DrainListener):
                 if attempt + 1 == FIRST_SCAN_TRIES or self.clock.wait(0.2, self.stop.wait):
                     raise
                 continue
-            self._report(DrainScanned(holders))
+            self._report(HoldersNow(holders))
             return holders
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -322,7 +322,7 @@ class DrainRunner(DrainListener):
         self._report(RecordChanged(record))
 
     def scanned(self, holders: Sequence[Holder]) -> None:
-        self._report(DrainScanned(tuple(holders)))
+        self._report(HoldersNow(tuple(holders)))
 
     def deadline(self) -> float | None:
         self._take_changes()
