@@ -19,6 +19,7 @@ from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import host_fields
 from watchdog.core.lifecycle import Lifecycle, Trigger
 from watchdog.core.moments import DrainEnded, moment_of
+from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import FINISHED_OUTCOMES, Outcome
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.recorder import HistoryEntries
@@ -166,3 +167,34 @@ def test_a_drain_s_opening_entry_waits_for_the_state_file_to_know_the_drain(tmp_
     opened = recorder.history.find(drain.drain_id)
     assert opened is not None
     assert opened["outcome"] is None
+
+
+def test_a_drain_s_end_the_history_lost_is_written_from_the_state_file_at_start(tmp_path: Path) -> None:
+    """Killed after the state file had the drain's end and before the history had it: the next start
+    writes that end from the state file (its outcome, its SIGTERMed process), never leaves it open."""
+    store, metrics = StateStore(str(tmp_path)), Metrics()
+    config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
+    recorder = HistoryEntries(store, config, metrics, SystemClock(), Outputs(metrics))
+    life, now = Lifecycle(), time.time()
+    life.observe("maintenance-event", Trigger("maintenance-event", TERMINATE, 30.0), now)
+    drain = life.drain
+    assert drain is not None
+    store.apply(store.lifecycle_change(life.events.values(), drain, None, on_timeout="kill"))
+    recorder.seen(life)
+    store.record_intents([(ProcessIdentity(4_200_001, 7), "SIGTERM", "trainer")])
+    life.drain_finished(Outcome.TIMED_OUT.value, now + 30)
+    store.apply(store.lifecycle_change(
+        life.events.values(), None, life.last_outcome, on_timeout="kill", ended=life.ended,
+        ended_at=life.ended_at,
+    ))  # fmt: skip
+    recorder.history.settled(5.0)  # the opening entry is on disk; the end never reached it
+    again = StateStore(str(tmp_path))
+    restarted = HistoryEntries(again, config, metrics, SystemClock(), Outputs(metrics))
+    saved = again.state
+    restarted.restored(saved, Lifecycle.restored(
+        saved.events, saved.drain, saved.last_outcome, ended=saved.ended_drain, ended_at=saved.ended_at
+    ))  # fmt: skip
+    entry = restarted.history.find(drain.drain_id)
+    assert entry is not None
+    assert entry["outcome"] == "timed_out"
+    assert [p["pid"] for p in entry["processes"]] == [4_200_001]  # type: ignore[union-attr]

@@ -102,6 +102,14 @@ class HistoryEntries:
         if saved.drain is not None and lifecycle.drain is None:
             why = "its events had cleared when the daemon stopped; ended on restart"
             self._from_file(saved.drain, saved, Outcome.CANCELLED.value, why, alive)
+        ended = saved.ended_drain
+        opened = None if ended is None else self.history.find(ended.drain_id)
+        if ended is not None and opened is not None and opened.get("outcome") is None:
+            # The state file has the drain's end; the history's write of it was lost (the daemon was
+            # killed in between): its end is written now, from the state file.
+            why = "the daemon stopped before it wrote the drain's end here: as the state file kept it"
+            outcome = saved.last_outcome or Outcome.INTERRUPTED.value
+            self._from_file(ended, saved, outcome, why, alive, ended_at=saved.ended_at)
         previous = self.store.previous_boot
         if previous is not None and previous.drain is not None:
             why = "the host restarted before the drain ended: how each process ended is not known"
@@ -203,13 +211,15 @@ class HistoryEntries:
     # -- helpers -------------------------------------------------------------------------------------
 
     def _from_file(
-        self, drain: ActiveDrain, saved: SavedState, outcome: str, why: str, alive: Alive | None
-    ) -> None:
+        self, drain: ActiveDrain, saved: SavedState, outcome: str, why: str, alive: Alive | None,
+        ended_at: float | None = None,
+    ) -> None:  # fmt: skip
         opened = replace(self._opened(drain, saved.events), on_timeout=saved.on_timeout)
         signals = [s for s in saved.signals if s.intent_at >= drain.started]  # of this drain only
         host = self._host(drain.drain_id)
-        entry = entry_from_saved(opened, host, signals, outcome, self.clock.wall(), why, alive)
-        log.warning("drain %s did not finish: %s", drain.drain_id, why)
+        ended = self.clock.wall() if ended_at is None else ended_at
+        entry = entry_from_saved(opened, host, signals, outcome, ended, why, alive)
+        log.warning("drain %s written to the history from the state file: %s", drain.drain_id, why)
         self.history.append(entry)
 
     def _opened(self, drain: ActiveDrain, events: Iterable[Event]) -> DrainRecord:
