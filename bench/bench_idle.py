@@ -270,7 +270,7 @@ def run() -> str:
         sys.stderr.write("bench idle: mknod not permitted (needs root): device-present scenario skipped\n")
     rows = "\n".join(_row(f) for f in results)
     from watchdog.daemon.departures import DEPARTURE_CHECK
-    from watchdog.daemon.devices import DEVICE_CHECK
+    from watchdog.daemon.device_watch import DEVICE_CHECK
     from watchdog.daemon.index import HOLDER_REFRESH
     from watchdog.daemon.loop import LOOP_CEILING
 

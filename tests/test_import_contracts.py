@@ -64,7 +64,11 @@ def test_the_copy_as_it_is_keeps_every_contract(tree: Path) -> None:
         ("watchdog.surface.metrics", TOP.format("watchdog.commands.status"), "layers:"),
         ("watchdog.host.procfs", TOP.format("urllib3"), "requests, urllib3: metadata only"),
         ("watchdog.commands.holders", LAZY.format("psutil"), "psutil: host only"),
-        ("watchdog.daemon.drain", TOP.format("watchdog.fake.store"), "fake: imported by commands only"),
+        (
+            "watchdog.daemon.drain_thread",
+            TOP.format("watchdog.fake.store"),
+            "fake: imported by commands only",
+        ),
         ("watchdog.commands.drill", TOP.format("watchdog.daemon.loop"), "commands: the daemon through"),
         ("watchdog.commands.demo", LAZY.format("watchdog.commands.status"), "commands: one module per"),
         ("watchdog.config.values", LAZY.format("watchdog.config.settings"), "no import cycles"),

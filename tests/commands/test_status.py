@@ -16,8 +16,8 @@ from tests.support.daemon_harness import MAINTENANCE, DaemonHarness
 from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
 from watchdog.commands.status import addresses, render
-from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
+from watchdog.fake.vm_identity import TpuIdentity
 from watchdog.store.address import LISTEN_FILE, remove_listen_address, write_listen_address
 from watchdog.surface.httpapi import HttpSurface, RetryingListener
 

@@ -19,7 +19,7 @@ from tests.support.daemon_harness import MAINTENANCE, UPCOMING, DaemonHarness
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.metadata_values import parse_maintenance_event, parse_upcoming_maintenance
 from watchdog.daemon.departures import DEPARTURE_CHECK
-from watchdog.daemon.devices import DEVICE_CHECK
+from watchdog.daemon.device_watch import DEVICE_CHECK
 from watchdog.daemon.index import HoldersScanned
 from watchdog.daemon.loop import LOOP_CEILING, READY_WITHIN, Daemon
 from watchdog.fake.server import FakeMetadataServer

@@ -23,8 +23,8 @@ from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import FINISHED_OUTCOMES, Outcome
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.recorder import HistoryEntries
-from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
+from watchdog.fake.vm_identity import TpuIdentity
 from watchdog.store.history import HISTORY_FILE, load_entries
 from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics

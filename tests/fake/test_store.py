@@ -8,7 +8,6 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.waiting import wait_for
-from watchdog.fake.identity import GpuIdentity, TpuIdentity
 from watchdog.fake.store import (
     DEFAULTS,
     NO_NOTIFICATIONS,
@@ -19,6 +18,7 @@ from watchdog.fake.store import (
     normalize_key,
     parse_value,
 )
+from watchdog.fake.vm_identity import GpuIdentity, TpuIdentity
 
 ME = "instance/maintenance-event"
 

@@ -33,8 +33,8 @@ from tests.support.workloads import Child, OwnScanner, Workloads
 from watchdog.core.identity import TPU_ENV
 from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.daemon.loop import Daemon
-from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer
+from watchdog.fake.vm_identity import TpuIdentity
 from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.transport import MetadataTransport
 from watchdog.surface.httpapi import HttpSurface

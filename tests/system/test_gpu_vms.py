@@ -19,8 +19,8 @@ from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
 from watchdog.core.clock import utc_time
 from watchdog.core.metadata_values import UpcomingMaintenance
-from watchdog.fake.identity import GpuIdentity
 from watchdog.fake.server import FakeMetadataServer
+from watchdog.fake.vm_identity import GpuIdentity
 
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 

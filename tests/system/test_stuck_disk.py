@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.daemon_harness import MAINTENANCE, PREEMPTED, DaemonHarness
 from tests.support.workloads import Workloads
+from watchdog.daemon.loop import STOP_DISK_WAIT
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.store.records import SavedState
 from watchdog.store.statefile import StateStore
@@ -111,13 +112,22 @@ def test_a_stop_waits_for_the_history_s_last_write_and_says_when_the_disk_holds_
 ) -> None:  # fmt: skip
     """The history is written in a thread of its own, which dies with the process: a stop that did not wait
     for it would lose the end of a drain that had just ended. Here the disk hangs, so the wait runs out: the
-    stop says so, and still ends."""
+    stop says so, and still ends. The state file's wait and the history's share one deadline: a stuck disk
+    holds the stop back once, not once per file."""
     workloads.start("handled")
     store = StateStore(str(state_dir), fsync=disk.fsync)
     with caplog.at_level(logging.WARNING):
         with DaemonHarness(state_dir, fake, workloads, store=store) as harness:
+            history = harness.daemon.recorder.history
+            settled, waits = history.settled, list[float]()
+            history.settled = lambda timeout: waits.append(timeout) or settled(timeout)  # type: ignore[method-assign]
             disk.hang()
             fake.set(MAINTENANCE, "TERMINATE_ON_HOST_MAINTENANCE")
             harness.wait_metric("tpu_watchdog_drains_total", 1, outcome="exited")
+            # The state file's last write at the stop hangs too, as the history's: it takes its wait in full.
+            harness.daemon.runner.writer.flush = disk.released.wait  # type: ignore[method-assign]
         assert not harness.thread.is_alive()
+    assert "stopping with the state file's last writes not done" in caplog.text
     assert "stopping with the history's last writes not done" in caplog.text
+    assert len(waits) == 1
+    assert waits[0] < STOP_DISK_WAIT / 2  # the state file's wait took the rest of the one second

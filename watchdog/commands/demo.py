@@ -43,7 +43,7 @@ METRICS_SHOWN = (
 def _importing_watchdog() -> dict[str, str]:
     """This environment, with the directory this `watchdog` package came from first on PYTHONPATH: the
     .deb keeps it in /usr/lib/tpu-watchdog, which only its launcher puts on sys.path, so a child
-    `python3 -m watchdog.fake.workload` would not find it otherwise."""
+    `python3 -m watchdog.fake.trainer` would not find it otherwise."""
     home = str(Path(__file__).resolve().parents[2])
     paths = [home, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         device = make_device(tmp)
         checkpoints = tmp / "checkpoints"
         trainer = subprocess.Popen(
-            [sys.executable, "-m", "watchdog.fake.workload", "--hold", str(device),
+            [sys.executable, "-m", "watchdog.fake.trainer", "--hold", str(device),
              "--checkpoint-dir", str(checkpoints), "--save-every", "100"],
             stdout=subprocess.PIPE, text=True, env=_importing_watchdog(),
         )  # fmt: skip

@@ -15,11 +15,11 @@ from types import FrameType
 from typing import TextIO
 
 from watchdog.exitcodes import EXIT_CANNOT_LISTEN, EXIT_OK, EXIT_USAGE
-from watchdog.fake.identity import GPU_FIELDS, TPU_FIELDS, parse_identity
 from watchdog.fake.listen import DEFAULT_LISTEN, check_listen, parse_listen
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.fake.store import MetadataStore
 from watchdog.fake.timeline import Assignment, Step, TimelineError, parse_assignment, parse_steps
+from watchdog.fake.vm_identity import GPU_FIELDS, TPU_FIELDS, parse_identity
 
 PROG = "tpu-watchdog fake-metadata"
 

@@ -1,7 +1,7 @@
 """The drain as a state machine: who to signal, with what, when; when the drain is over; what happened.
 
 Pure: it is fed observations (a scan of the holders, a process's exit, the result of a signal, the time) and
-answers with actions (`SendSignal`) for the edge (`watchdog/daemon/drain.py`) to carry out. It owns
+answers with actions (`SendSignal`) for the edge (`watchdog/daemon/drain_thread.py`) to carry out. It owns
 the record. No I/O and no clock reads, so every transition is tested without processes or waiting.
 
 It walks the plan's signal ladder (`watchdog.core.ladder`): the asking step (SIGTERM) to each holder when it

@@ -24,7 +24,7 @@ from watchdog.core.drain_record import DrainRecord
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.announce import PROGRESS_INTERVAL
-from watchdog.daemon.drain import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
+from watchdog.daemon.drain_thread import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
 from watchdog.daemon.gpucheck import CrossChecked
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT

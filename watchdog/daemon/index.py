@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.drain import Scanner
+from watchdog.daemon.drain_thread import Scanner
 from watchdog.daemon.outputs import Outputs
 
 log = logging.getLogger("tpu-watchdog")

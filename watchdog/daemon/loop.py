@@ -23,6 +23,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -58,12 +59,12 @@ from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
 from watchdog.daemon.departures import Departures
-from watchdog.daemon.devices import DeviceWatch
-from watchdog.daemon.drain import ExitWaiter, Scanner, Signaller
-from watchdog.daemon.identity import Fetch, learn_identity
+from watchdog.daemon.device_watch import DeviceWatch
+from watchdog.daemon.drain_thread import ExitWaiter, Scanner, Signaller
+from watchdog.daemon.identity_learner import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex, HoldersScanned
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
-from watchdog.daemon.notice import NoticeTiming
+from watchdog.daemon.notice_timing import NoticeTiming
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.recorder import HistoryEntries
@@ -102,6 +103,7 @@ from watchdog.surface.webhooks import WebhookSender
 log = logging.getLogger("tpu-watchdog")
 
 LOOP_CEILING = 10.0  # s between looks at a due time kept on the wall clock (a wall-clock step is caught up)
+STOP_DISK_WAIT = 1.0  # s a stop waits for the disk: the state file's and the history's last writes
 READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
 
 
@@ -386,7 +388,7 @@ class Daemon:
             self._apply(self.lifecycle.late_arrivals(self.clock.wall()))
 
     def _refresh_admission(self) -> None:
-        """What the drain thread reads: may it signal processes nobody signalled before."""
+        """Tell the running drain whether it may signal processes nobody signalled before (`Admission`)."""
         self.runner.admit = self.newcomers.admitted(self.clock.wall())
 
     # -- actions of the lifecycle --------------------------------------------------------------------
@@ -573,10 +575,13 @@ class Daemon:
             )
         self.runner.join(timeout=1.5)
         self._last_reports()
-        if not self.runner.writer.flush(1.0):  # the last state, in place before the process ends
+        # The last state and the drain's last history entry, on disk before the process ends: one second
+        # for both, so a stuck disk holds the stop back once, not once per file.
+        disk_deadline = time.monotonic() + STOP_DISK_WAIT
+        if not self.runner.writer.flush(STOP_DISK_WAIT):
             with self.outputs.guarded(Output.LOG):
                 log.error("stopping with the state file's last writes not done: the disk is stuck")
-        if not self.recorder.history.settled(1.0):  # the drain's last entry, on disk before the process ends
+        if not self.recorder.history.settled(max(0.0, disk_deadline - time.monotonic())):
             with self.outputs.guarded(Output.LOG):
                 log.error("stopping with the history's last writes not done: the disk is stuck")
         self.watcher.join(timeout=1.0)

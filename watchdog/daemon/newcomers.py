@@ -1,5 +1,5 @@
 """Who may be signalled that nobody signalled before: late arrivals while an event is on, and the wait for a
-restored event to be confirmed after a restart. The loop thread asks; the drain thread reads the answer.
+restored event to be confirmed after a restart. The loop asks, and tells a running drain (`Admission`).
 
 After a restart, events on file are confirmed by the metadata server's first answer before anyone new is
 signalled. If it cannot be heard within CONFIRM_WAIT, the event is taken as still on (the maintenance is
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.drain import Scanner
+from watchdog.daemon.drain_thread import Scanner
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.view import StatusView
 from watchdog.store.records import SignalRecord
@@ -40,7 +40,7 @@ class Newcomers:
     ) -> None:  # fmt: skip
         """`unconfirmed`: the signals on file only as intents; `ask`: the ladder's asking signal, by name."""
         self.lifecycle, self.outputs = lifecycle, outputs
-        # Replaced whole (the drain thread reads the copy its order carries); emptied as drains take them on.
+        # Replaced whole (a drain's order carries a copy); emptied as drains take them on.
         self.possibly_signalled = frozenset(s.identity for s in unconfirmed if s.signal == ask)
         self.confirm_wait = confirm_wait
         self.unconfirmed_until = started_wall + confirm_wait

@@ -1,7 +1,7 @@
 """What the daemon says about its inputs and its state file: metrics, /status fields and log lines, each
-said once per change rather than once per retry. Called from the loop (and, for the state file, from the
-drain thread too): every value is replaced whole, never mutated, so HTTP threads read old or new. The
-/status value comes first, and each metric and log line is guarded (`Outputs`): none can stop the caller."""
+said once per change rather than once per retry. Called from the loop only: every value is replaced whole,
+never mutated, so HTTP threads read old or new. The /status value comes first, and each metric and log
+line is guarded (`Outputs`): none can stop the caller."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRe
 from watchdog.core.moments import HoldersFound, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.drain import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
+from watchdog.daemon.drain_thread import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
 from watchdog.daemon.index import HoldersScanned
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter

@@ -77,8 +77,8 @@ class StatusView:
         self.holders: list[Holder] = []
         self.devices: tuple[MatchedDevice, ...] = ()  # what the patterns matched at the last look, judged
         self.record: DrainRecord | None = None  # the drain in progress, as last published
-        # Which host, slice and Multislice job this is, as far as known yet (daemon/identity.py): /status,
-        # and for whatever reports an event elsewhere (history, webhooks) to say where it happened.
+        # Which host, slice and Multislice job this is, as far as known yet (daemon/identity_learner.py):
+        # /status, and whatever reports an event elsewhere (history, webhooks) to say where it happened.
         self.identity = HostIdentity()
         self.metadata_tolerance = METADATA_TOLERANCE
         self.state_error: str | None = None  # why the state file is not being written, while it is not

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from watchdog.fake.identity import PROJECT_NUMBER
+from watchdog.fake.vm_identity import PROJECT_NUMBER
 
 ACCOUNTS = "instance/service-accounts"
 DEFAULT_EMAIL = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"  # the Compute default account

@@ -8,7 +8,7 @@ formats, fault fields and curl examples: docs/fake-metadata.md.
     POST   /_fake/reset                {"path": KEY} or {} (everything) back to the defaults
     POST   /_fake/identity             {"node": "my-slice", "worker": 3, "hosts": 4, "accelerator_type":
                                        "v5litepod-16", "slice_id": 1, "num_slices": 2, ...}: every identity
-                                       key of a TPU VM at once, consistent (watchdog/fake/identity.py);
+                                       key of a TPU VM at once, consistent (watchdog/fake/vm_identity.py);
                                        {"machine_type": "a3-highgpu-8g", "zone": ...}: a GPU VM
     POST   /_fake/faults               {"kind": ..., "count": N, "status": 503, "seconds": 2.0, "path": KEY,
                                        "size": BYTES}
@@ -26,9 +26,9 @@ from urllib.parse import parse_qsl
 
 from watchdog.fake.answer import JSON, Answer
 from watchdog.fake.faults import Fault, FaultBook
-from watchdog.fake.identity import identity_from_fields
 from watchdog.fake.requestlog import RequestLog
 from watchdog.fake.store import Leaf, MetadataStore, normalize_key, parse_value
+from watchdog.fake.vm_identity import identity_from_fields
 
 PREFIX = "/_fake/"
 MAX_BODY = 1024 * 1024

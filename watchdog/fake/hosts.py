@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.listen import hold_port
 from watchdog.fake.server import FakeMetadataServer
+from watchdog.fake.vm_identity import TpuIdentity
 
 UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -15,10 +15,10 @@ from types import TracebackType
 
 from watchdog.fake.faults import Fault, FaultBook
 from watchdog.fake.handler import Backend, MetadataHTTPServer
-from watchdog.fake.identity import VmIdentity
 from watchdog.fake.listen import check_listen, parse_listen
 from watchdog.fake.requestlog import DEFAULT_CAPACITY, RequestLog, RequestRecord
 from watchdog.fake.store import MetadataStore, MetadataValue, Snapshot
+from watchdog.fake.vm_identity import VmIdentity
 
 __all__ = ["FakeMetadataServer", "Fault", "RequestRecord"]
 
@@ -102,7 +102,7 @@ class FakeMetadataServer:
         return self.store.set(path, value, status)
 
     def set_identity(self, identity: VmIdentity) -> list[str]:
-        """Serve every key of a VM's identity, TPU or GPU (fake/identity.py); the paths that changed."""
+        """Serve every key of a VM's identity, TPU or GPU (fake/vm_identity.py); the paths that changed."""
         return self.store.set_identity(identity)
 
     def reset(self, path: str | None = None) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from watchdog.fake.accounts import account_keys, is_token
-from watchdog.fake.identity import IDENTITY_KEYS, PROJECT, PROJECT_NUMBER, TpuIdentity, VmIdentity
+from watchdog.fake.vm_identity import IDENTITY_KEYS, PROJECT, PROJECT_NUMBER, TpuIdentity, VmIdentity
 
 # A value as a user sets it: plain text, or a JSON document (dict/list) such as upcoming-maintenance.
 MetadataValue = str | dict[str, Any] | list[Any]
@@ -35,7 +35,7 @@ class Value:
     status: int = 200
 
 
-# A one-host v4-8 slice: every identity key of a real TPU VM, consistent (fake/identity.py), and the
+# A one-host v4-8 slice: every identity key of a real TPU VM, consistent (fake/vm_identity.py), and the
 # Compute default service account (fake/accounts.py).
 DEFAULT_IDENTITY = TpuIdentity(instance_id="4520031799277581759", instance_name="t1v-n-fake-w-0")
 DEFAULTS: Mapping[str, Value] = {
@@ -147,7 +147,7 @@ class MetadataStore:
             return self._replace({key: Value(content, status)}, ())
 
     def set_identity(self, identity: VmIdentity) -> list[str]:
-        """Every key of a VM's identity at once, consistent (fake/identity.py): the identity keys it does
+        """Every key of a VM's identity at once, consistent (fake/vm_identity.py): the identity keys it does
         not serve are removed (a GPU VM after a TPU VM has no TPU attributes). The paths that changed."""
         values = {path: Value(text) for path, text in identity.values().items()}
         with self._cond:

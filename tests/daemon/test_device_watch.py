@@ -1,5 +1,5 @@
-"""daemon/devices.py: what the daemon says about the watched device nodes, at start and on each change, with
-real nodes appearing and going (the scan and the rule: tests/host/test_devices.py)."""
+"""daemon/device_watch.py: what the daemon says about the watched device nodes, at start and on each
+change, with real nodes appearing and going (the scan and the rule: tests/host/test_devices.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.failing_logs import every_line_raising
 from tests.support.workloads import UniqueDevice
-from watchdog.daemon.devices import DeviceWatch
+from watchdog.daemon.device_watch import DeviceWatch
 from watchdog.daemon.outputs import Outputs
 from watchdog.host.devices import find_devices
 from watchdog.surface.metrics import Metrics

@@ -1,5 +1,5 @@
-"""fake/identity.py: one `TpuIdentity` gives every identity key of a TPU VM, consistent across them, and the
-daemon's own reader (core/identity.py) takes each back without a complaint; bad identities are refused
+"""fake/vm_identity.py: one `TpuIdentity` gives every identity key of a TPU VM, consistent across them,
+and the daemon's own reader (core/identity.py) takes each back without a complaint; bad identities are refused
 naming the field."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from watchdog.core.identity import identity_from
-from watchdog.fake.identity import (
+from watchdog.fake.vm_identity import (
     IDENTITY_KEYS,
     TPU_FIELDS,
     GpuIdentity,

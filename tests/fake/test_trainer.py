@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.waiting import wait_for
 from tests.support.workloads import make_device
-from watchdog.fake.workload import save
+from watchdog.fake.trainer import save
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def node(tmp_path: Path) -> Path:
 @pytest.fixture
 def job(node: Path, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "watchdog.fake.workload", "--hold", str(node),
+        [sys.executable, "-m", "watchdog.fake.trainer", "--hold", str(node),
          "--checkpoint-dir", str(tmp_path / "ckpt"), "--save-every", "5", "--step-seconds", "0.001"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -71,7 +71,7 @@ def test_sigterm_saves_at_the_current_step_and_exits_0(
 
 def test_a_device_it_cannot_open_is_an_error_before_training(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "watchdog.fake.workload", "--hold", str(tmp_path / "absent"),
+        [sys.executable, "-m", "watchdog.fake.trainer", "--hold", str(tmp_path / "absent"),
          "--checkpoint-dir", str(tmp_path / "ckpt")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

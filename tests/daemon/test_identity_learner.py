@@ -17,10 +17,10 @@ from tests.support.waiting import wait_for
 from tests.support.workloads import Workloads
 from watchdog.core.identity import ACCELERATOR_TYPE, TPU_ENV, WORKER_ID, HostIdentity
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.identity import learn_identity
+from watchdog.daemon.identity_learner import learn_identity
 from watchdog.daemon.outputs import Outputs
-from watchdog.fake.identity import TpuIdentity
 from watchdog.fake.server import FakeMetadataServer, Fault
+from watchdog.fake.vm_identity import TpuIdentity
 from watchdog.metadata.identity import Fetched, fetch_identity
 from watchdog.metadata.transport import MetadataTransport
 from watchdog.surface.metrics import Metrics

@@ -2,7 +2,7 @@
 
 It behaves like a job built the right way (see examples/jax_orbax_trainer.py for the real JAX + Orbax one):
 a regular checkpoint every `--save-every` steps, and on SIGTERM one more at the current step, then exit 0.
-Pure Python, so the demo starts in a blink. `python -m watchdog.fake.workload --help`.
+Pure Python, so the demo starts in a blink. `python -m watchdog.fake.trainer --help`.
 """
 
 from __future__ import annotations
