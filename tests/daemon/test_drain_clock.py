@@ -6,22 +6,17 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import pytest
 
+from tests.support.scripted_world import FIRST_PID, ScriptedWorld, scripted_holder
 from watchdog.core.drain import DrainPlan
-from watchdog.core.drain_record import DrainRecord, ExitStatus, SignalResult
-from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.drain_record import DrainRecord
+from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome
 from watchdog.daemon.drain_thread import DrainListener, run_drain
 
-TERM, KILL = signal.SIGTERM, signal.SIGKILL
-
-
-@dataclass
-class StaticScan:
-    holders: tuple[Holder, ...] = ()
+TERM, KILL = int(signal.SIGTERM), int(signal.SIGKILL)
 
 
 class FakeClock:
@@ -45,87 +40,42 @@ class FakeClock:
         raise AssertionError("a drain under test starts no thread")
 
 
-class FakeWorld:
-    """Signaller, exit waiter and scanner in one: processes live until the script says they exit."""
+class IntentsFirst(DrainListener):
+    """Keeps the write-ahead intents, checks that each signal's came first (the world's `before_send`),
+    and hands each record update to `on_update`."""
 
-    dry_run = False
-
-    def __init__(
-        self, clock: FakeClock, holders: list[Holder], exit_on: dict[int, set[ProcessIdentity]]
-    ) -> None:
-        self.clock, self.holding, self.exit_on = clock, list(holders), exit_on
-        self.log: list[tuple[str, ProcessIdentity, int, float]] = []
-        self.exited: list[ProcessIdentity] = []
-        self.watched: set[ProcessIdentity] = set()
-
-    def prepare(self, identities: object) -> None:
-        pass
-
-    def send(self, identity: ProcessIdentity, signum: int) -> SignalResult:
-        assert ("intent", identity, signum, self.clock.now) in self.log  # write-ahead came first
-        self.log.append(("send", identity, signum, self.clock.now))
-        if identity in self.exit_on.get(signum, set()):
-            self.exited.append(identity)
-            self.holding = [h for h in self.holding if h.identity != identity]
-        return SignalResult.SENT
-
-    def scan(self) -> StaticScan:
-        return StaticScan(tuple(self.holding))
-
-    def watch(self, identity: ProcessIdentity) -> SignalResult | None:
-        self.watched.add(identity)
-        return None
-
-    def unwatch(self, identity: ProcessIdentity) -> None:
-        self.watched.discard(identity)
-
-    def watching(self) -> set[ProcessIdentity]:
-        return set(self.watched)
-
-    def wait(self, timeout: float) -> list[tuple[ProcessIdentity, ExitStatus]]:
-        done = [(i, ExitStatus(code=0)) for i in self.exited if i in self.watched]
-        self.exited = []
-        for i, _ in done:
-            self.watched.discard(i)
-        return done
-
-    def running(self, identity: ProcessIdentity) -> bool:
-        return True
-
-
-class WorldListener(DrainListener):
-    """Logs the write-ahead intents in the world's log; hands each record update to `on_update`."""
-
-    def __init__(self, world: FakeWorld, on_update: Callable[[DrainRecord], None]) -> None:
-        self.world, self.on_update = world, on_update
+    def __init__(self, clock: FakeClock, on_update: Callable[[DrainRecord], None]) -> None:
+        self.clock, self.on_update = clock, on_update
+        self.intents: list[tuple[ProcessIdentity, int, float]] = []
 
     def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
-        self.world.log += [("intent", i, signum, self.world.clock.now) for i, signum in intents]
+        self.intents += [(i, signum, self.clock.now) for i, signum in intents]
+
+    def check(self, identity: ProcessIdentity, signum: int) -> None:
+        assert (identity, signum, self.clock.now) in self.intents  # write-ahead came first
 
     def updated(self, record: DrainRecord) -> None:
         self.on_update(record)
 
 
-def fake_holder(pid: int) -> Holder:
-    return Holder(ProcessIdentity(pid, 1), f"p{pid}", (), 0, ("/dev/accel0",))
-
-
 def test_the_deadline_follows_the_injected_clock() -> None:
     clock = FakeClock()
-    obedient, stubborn = fake_holder(1), fake_holder(2)
-    world = FakeWorld(clock, [obedient, stubborn], {TERM: {obedient.identity}, KILL: {stubborn.identity}})
+    obedient, stubborn = scripted_holder(1), scripted_holder(2)
     updates: list[DrainRecord] = []
+    listener = IntentsFirst(clock, updates.append)
+    world = ScriptedWorld(clock, [obedient, stubborn], {obedient.identity: TERM, stubborn.identity: KILL},
+                          before_send=listener.check)  # fmt: skip
     record = run_drain(
         [obedient, stubborn],
         DrainPlan(grace=30),
         scanner=world,
-        listener=WorldListener(world, updates.append),
+        listener=listener,
         signaller=world,
         exits=world,
         clock=clock,
     )
     assert record.outcome is Outcome.TIMED_OUT
-    sends = [(e[1].pid, e[2], e[3] - 5000.0) for e in world.log if e[0] == "send"]
+    sends = [(i.pid - FIRST_PID, signum, at - 5000.0) for i, signum, at in world.sent]
     assert sends == [(1, TERM, 0.0), (2, TERM, 0.0), (2, KILL, pytest.approx(30.0))]
     assert str(record.processes[stubborn.identity].exit_status) == "exited 0"
     assert updates[-1].outcome is Outcome.TIMED_OUT
@@ -134,19 +84,20 @@ def test_the_deadline_follows_the_injected_clock() -> None:
 
 def test_stop_interrupts_before_the_deadline_under_an_injected_clock() -> None:
     clock = FakeClock()
-    h = fake_holder(1)
-    world = FakeWorld(clock, [h], {})
+    h = scripted_holder(1)
     stop = threading.Event()
 
     def update(record: DrainRecord) -> None:
         if clock.now > 5010:
             stop.set()
 
+    listener = IntentsFirst(clock, update)
+    world = ScriptedWorld(clock, [h], {}, before_send=listener.check)
     record = run_drain(
         [h],
         DrainPlan(grace=300),
         scanner=world,
-        listener=WorldListener(world, update),
+        listener=listener,
         stop=stop,
         signaller=world,
         exits=world,
