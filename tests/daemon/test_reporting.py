@@ -138,3 +138,13 @@ def test_a_listener_that_cannot_bind_is_said_once_counted_each_time_and_its_bind
     assert len(said) == 2, said  # cannot listen (once), listening after all (once)
     assert said[0].startswith("cannot listen on 127.0.0.1:9478: Address already in use; protecting")
     assert said[1].endswith("listening after all")
+
+
+def test_who_holds_a_device_now_is_said_in_one_place_for_status_and_the_gauges(tmp_path: Path) -> None:
+    """Every scan and every departure goes through `holders_now`: /status `holders` and the gauges agree."""
+    r = reporter(tmp_path)
+    two = [Holder(ProcessIdentity(pid, 1), "train", (), 0, ("/dev/accel0",)) for pid in (10, 11)]
+    r.holders_scanned(two)
+    r.holders_now(two[1:])  # one left on its own, or a drain's rescan no longer shows it
+    assert [h.pid for h in r.view.holders] == [11]
+    assert r.metrics.registry.get_sample_value("tpu_watchdog_device_holders") == 1

@@ -16,12 +16,12 @@ exit: the next idle scan shows it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 
 from watchdog.core.drain_record import ExitStatus
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.view import StatusView
 from watchdog.host.exits import PidfdExitWaiter
 from watchdog.host.signals import ProcessHandles
 from watchdog.surface.logs import fields
@@ -35,8 +35,11 @@ DEPARTURE_CHECK = 5.0  # s between looks at whether a holder has exited, while t
 class Departures:
     """The holders of the last idle scan, watched for exits while no event is on and no drain runs."""
 
-    def __init__(self, metrics: Metrics, outputs: Outputs) -> None:
-        self.metrics, self.outputs = metrics, outputs
+    def __init__(
+        self, metrics: Metrics, outputs: Outputs, holders_now: Callable[[Sequence[Holder]], None]
+    ) -> None:
+        """`holders_now`: where who holds a device now is said (`Reporter.holders_now`)."""
+        self.metrics, self.outputs, self.holders_now = metrics, outputs, holders_now
         self.waiter = PidfdExitWaiter(ProcessHandles(use_pidfd=False))
         self.tracked: dict[ProcessIdentity, Holder] = {}
 
@@ -58,21 +61,19 @@ class Departures:
         exits = self.waiter.wait(0)
         return [(self.tracked.pop(i), status) for i, status in exits if i in self.tracked]
 
-    def tick(self, busy: bool, view: StatusView) -> None:
-        """Each turn of the loop: while `busy` (an event is on, a drain runs) forget the holders; else drop
-        those that left from /status and the gauge, then count and say each (a scrape that sees the count
-        sees the gauge without them)."""
+    def tick(self, busy: bool, holders: Sequence[Holder]) -> None:
+        """Each turn of the loop: while `busy` (an event is on, a drain runs) forget the holders; else of
+        `holders` (shown now: the index's latest scan) drop those that left from /status and the gauge,
+        then count and say each (a scrape that sees the count sees the gauge without them)."""
         if busy:
             self.forget()
             return
-        self.track(view.holders)  # the holder index's latest scan (daemon/index.py replaces it whole)
+        self.track(list(holders))
         left = self.left()
         if not left:
             return
         gone = {holder.identity for holder, _ in left}  # by identity: a later scan's copy may differ
-        view.holders = [h for h in view.holders if h.identity not in gone]
-        with self.outputs.guarded(Output.METRICS):
-            self.metrics.set_holders(view.holders)
+        self.holders_now([h for h in holders if h.identity not in gone])
         for holder, status in left:
             how = f" ({status})" if status.known else ""
             with self.outputs.guarded(Output.METRICS):

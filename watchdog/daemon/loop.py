@@ -194,7 +194,7 @@ class Daemon:
             outputs=self.outputs,
             ask=self.policy.ladder.ask.name,
         )
-        self.departures = Departures(metrics, self.outputs)
+        self.departures = Departures(metrics, self.outputs, self.reporter.holders_now)
         self.devices = DeviceWatch(devices, patterns or config.devices, self.view, self.outputs)
         # Set again whenever the lifecycle changes, and on each tick.
         self._refresh_admission()
@@ -370,7 +370,7 @@ class Daemon:
             )
 
     def _departures(self, now: float) -> None:
-        self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view)
+        self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view.holders)
 
     def _watch_late_arrivals(self, now: float) -> None:
         """While drained events are on, scan as a drain does: a newcomer (a restarted job) gets a drain."""
@@ -383,7 +383,7 @@ class Daemon:
         unsure = self.newcomers.possibly_signalled
         ask = self.policy.ladder.ask.name
         if self.runner.admit and late_arrivals(
-            self.scanner, self.store, self.view, self.outputs, unsure, ask
+            self.scanner, self.store, self.reporter.holders_now, self.outputs, unsure, ask
         ):
             self._apply(self.lifecycle.late_arrivals(self.clock.wall()))
 
@@ -494,7 +494,7 @@ class Daemon:
         elif isinstance(report, RecordChanged):
             self.view.drain_update(report.record)
         elif isinstance(report, HoldersNow):
-            self.reporter.drain_scanned(report.holders)
+            self.reporter.holders_now(report.holders)
         else:
             self.telling.tell(report)
 

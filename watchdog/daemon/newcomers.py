@@ -16,14 +16,13 @@ the event is confirmed (or taken as still on), none at all if it cleared meanwhi
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.drain_thread import Scanner
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.view import StatusView
 from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
 from watchdog.surface.logs import fields
@@ -84,19 +83,17 @@ class Newcomers:
 def late_arrivals(
     scanner: Scanner,
     store: StateStore,
-    view: StatusView,
+    holders_now: Callable[[Sequence[Holder]], None],
     outputs: Outputs,
     unsure: frozenset[ProcessIdentity],
     ask: str,
 ) -> list[Holder]:
     """Scan while drained events are on, as a drain does: who holds a device now that this event has not
     signalled (one asking signal, `ask` by name, per process per event), or only possibly (`unsure`: its
-    drain SIGKILLs it at the deadline, without a second SIGTERM). Refreshes the holders gauge
-    (`outputs.metrics`) and /status on the way."""
+    drain SIGKILLs it at the deadline, without a second SIGTERM). Says who holds a device on the way
+    (`holders_now`: `Reporter.holders_now`)."""
     holders = list(scanner.scan().holders)
-    view.holders = holders
-    with outputs.guarded(Output.METRICS):
-        outputs.metrics.set_holders(holders)
+    holders_now(holders)
     signalled = {s.identity for s in store.state.signals if s.signal == ask} - unsure
     newcomers = [h for h in holders if h.identity not in signalled]
     if newcomers:

@@ -112,9 +112,10 @@ class Reporter:
             end = notice.window_end.timestamp() if notice and notice.window_end else None
             self.metrics.set_window(start, end)
 
-    def drain_scanned(self, holders: Sequence[Holder]) -> None:
-        """A drain's scan (any thread): who holds a device now, in /status `holders` and the holder gauges,
-        so they follow the drain (exits, late arrivals) rather than the last idle scan."""
+    def holders_now(self, holders: Sequence[Holder]) -> None:
+        """Who holds a device now, in /status `holders` and the holder gauges: the one place that says it,
+        from every scan (the index's, a drain's, the late-arrival watch's) and every departure, so both
+        follow a drain (exits, late arrivals) rather than the last idle scan."""
         self.view.holders = list(holders)
         with self.outputs.guarded(Output.METRICS):
             self.metrics.set_holders(holders)
@@ -123,9 +124,7 @@ class Reporter:
         """An idle scan: /status, the holder gauges, and a warning, once per process, for a holder whose
         SIGTERM has been at its default or ignored at two scans in a row (a JAX job shows default until it
         reaches jax.distributed.initialize(); the alert waits 10 minutes for the same reason)."""
-        self.view.holders = list(holders)
-        with self.outputs.guarded(Output.METRICS):
-            self.metrics.set_holders(holders)
+        self.holders_now(holders)
         unready = {(h.identity, h.sigterm): h for h in holders
                    if h.sigterm in (SigtermDisposition.DEFAULT, SigtermDisposition.IGNORED)}  # fmt: skip
         for key, h in unready.items():
