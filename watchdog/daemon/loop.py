@@ -21,7 +21,6 @@ import functools
 import logging
 import os
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,12 +30,10 @@ from typing import TypeAlias
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock, SystemClock
-from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import (
     Action,
-    ActiveDrain,
     CancelDrain,
     Lifecycle,
     MoveDeadline,
@@ -55,7 +52,6 @@ from watchdog.core.moments import (
     ProcessSignalled,
     moment_of,
 )
-from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
 from watchdog.daemon.departures import Departures
@@ -424,7 +420,7 @@ class Daemon:
         life = self.lifecycle
         self.runner.writer.save(self.store.lifecycle_change(
             life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
-            intents=[intent for order in orders for intent in self._intents(order)],
+            intents=[i for order in orders for i in order.first_intents()] if self.runner.admit else [],
             last_dry_run=life.rehearsed, ended=life.ended, ended_at=life.ended_at,
         ))  # fmt: skip
         self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end
@@ -444,47 +440,15 @@ class Daemon:
             self.telling.tell(DrainStarted(RESUMED, active.deadline, self.clock.wall()))
 
     def _drain_order(self, cause: str, deadline: float, resume: bool) -> DrainOrder:
-        """The lifecycle's current drain, to run. `resume` (or a late-arrival drain): the signals of this
-        event's earlier drains, on file, still count. Tells nothing: the `DrainStarted` moment does, after."""
+        """The lifecycle's current drain, to run (`DrainRunner.order`). Tells nothing: the `DrainStarted`
+        moment does, after."""
         self._refresh_admission()
-        already: dict[ProcessIdentity, dict[int, float]] = {}  # each signal and when it went (the file's)
-        active = self.lifecycle.drain
-        on_file = self.store.state.signals if resume and active is not None else ()
-        for record in on_file:
-            sent, at = already.setdefault(record.identity, {}), record.sent_at or record.intent_at
-            sent.setdefault(int(signal.Signals[record.signal]), self._to_mono(at))
         self._next_progress = self.clock.monotonic() + self.progress_interval
-        first = self.runner.first_wave(self._to_mono(deadline), self.indexed)
-        started = (
-            None if active is None else self.clock.monotonic() - max(0.0, self.clock.wall() - active.started)
-        )
-        plan = DrainPlan(
-            deadline=self._to_mono(deadline), ladder=self.policy.ladder, dry_run=self.config.dry_run,
-            already_signalled=already, rescan_interval=RESCAN_INTERVAL, late=bool(active and active.late),
-            possibly_signalled=self.newcomers.possibly_signalled, started=started,
-            drain_id=active.drain_id if active else "",
+        return self.runner.order(
+            cause, self.lifecycle.drain, deadline, resume=resume, ladder=self.policy.ladder,
+            possibly_signalled=self.newcomers.possibly_signalled, indexed=self.indexed,
+            last_record=self.last_record,
         )  # fmt: skip
-        return DrainOrder(
-            cause, plan, deadline, tuple(active.event_ids) if active else (), first,
-            active.started if active else None,
-            tuple(s for s in on_file if active and s.intent_at >= active.started),  # its own, not earlier
-            self._previous(active),
-        )  # fmt: skip
-
-    def _intents(self, order: DrainOrder) -> list[tuple[ProcessIdentity, int | str, str]]:
-        """The intents of a drain's first wave, which go in the write of the drain's own state: one write
-        before the wave. None while newcomers are not admitted: the drain decides then, and writes its own."""
-        if not self.runner.admit:
-            return []
-        ask, already = order.plan.ladder.ask.name, order.plan.already_signalled
-        return [(h.identity, ask, h.name) for h in order.first_wave if h.identity not in already]
-
-    def _previous(self, active: ActiveDrain | None) -> DrainRecord | None:
-        """A reopened drain's record from when it ended in this run: it goes on from there."""
-        last = self.last_record
-        if active is None or not active.late or last is None or last.drain_id != active.drain_id:
-            return None
-        return last
 
     def _drain_reported(self, report: DrainReport) -> None:
         """What the drain's thread reported, in the order it happened: shown and told here, so every

@@ -38,6 +38,8 @@ from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
+from watchdog.core.ladder import Ladder
+from watchdog.core.lifecycle import ActiveDrain
 from watchdog.core.moments import HoldersFound, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
@@ -119,6 +121,12 @@ class DrainOrder:
         if self.plan.deadline is None:
             raise ValueError("a drain order's plan has its deadline (absolute), not a grace")
 
+    def first_intents(self) -> list[tuple[ProcessIdentity, int | str, str]]:
+        """The intents of its first wave, which go in the write of the drain's own state: one write before
+        the wave (only while newcomers are admitted: else the drain decides, and writes its own)."""
+        ask, already = self.plan.ladder.ask.name, self.plan.already_signalled
+        return [(h.identity, ask, h.name) for h in self.first_wave if h.identity not in already]
+
 
 class DrainRunner(DrainListener):
     """Starts drains (the loop's side) and is their listener (the drain thread's side). The loop's words to
@@ -181,6 +189,38 @@ class DrainRunner(DrainListener):
     def _tell_drain(self, change: DeadlineMoved | Admission) -> None:
         self._to_drain.append(change)
         self.wakeup.ring()
+
+    def order(
+        self, cause: str, active: ActiveDrain | None, deadline: float, *, resume: bool, ladder: Ladder,
+        possibly_signalled: frozenset[ProcessIdentity], indexed: HoldersScanned,
+        last_record: DrainRecord | None,
+    ) -> DrainOrder:  # fmt: skip
+        """The lifecycle's drain (`active`, its `deadline` on the wall clock) as an order to run, with its
+        first wave from the index (`indexed`). `resume` (or a late-arrival drain): the signals of this
+        event's earlier drains, on file, still count. `last_record`: the last drain's record in this run: a
+        reopened drain goes on from it."""
+        already: dict[ProcessIdentity, dict[int, float]] = {}  # each signal and when it went (the file's)
+        on_file = self.store.state.signals if resume and active is not None else ()
+        for record in on_file:
+            sent, at = already.setdefault(record.identity, {}), record.sent_at or record.intent_at
+            sent.setdefault(int(signal.Signals[record.signal]), self._to_mono(at))
+        first = self.first_wave(self._to_mono(deadline), indexed)
+        started = None if active is None else self._to_mono(min(active.started, self.clock.wall()))
+        plan = DrainPlan(
+            deadline=self._to_mono(deadline), ladder=ladder, dry_run=self.config.dry_run,
+            already_signalled=already, rescan_interval=RESCAN_INTERVAL, late=bool(active and active.late),
+            possibly_signalled=possibly_signalled, started=started,
+            drain_id=active.drain_id if active else "",
+        )  # fmt: skip
+        previous = None  # a reopened drain's record from when it ended in this run: it goes on from there
+        if active is not None and active.late and last_record and last_record.drain_id == active.drain_id:
+            previous = last_record
+        return DrainOrder(
+            cause, plan, deadline, tuple(active.event_ids) if active else (), first,
+            active.started if active else None,
+            tuple(s for s in on_file if active and s.intent_at >= active.started),  # its own, not earlier
+            previous,
+        )  # fmt: skip
 
     def start(self, order: DrainOrder) -> None:
         """Run `order` in a new thread; it reports `ThreadReturned` at its end (None: the attempt failed)."""
