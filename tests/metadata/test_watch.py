@@ -366,7 +366,16 @@ def test_watcher_runs_the_three_watches_and_stops_them(
     watcher = MetadataWatcher(
         transport, recorder, stop, timeout_sec=1, timing=FAST, backoff_factory=fast_backoff
     )
+    before = set(threading.enumerate())
     watcher.start()
+    started_threads = sorted(t.name for t in set(threading.enumerate()) - before)
+    # A watch each, and one thread (not one per watch) to end their hanging GETs at stop.
+    assert [n for n in started_threads if n.startswith(("watch ", "stop "))] == [
+        "stop watches",
+        f"watch {MAINTENANCE_EVENT}",
+        f"watch {PREEMPTED}",
+        f"watch {UPCOMING_MAINTENANCE}",
+    ]
     wait_for(lambda: len(recorder.values()) == 3, what="a first value per key")
     assert {e.key for e in recorder.events()} == {MAINTENANCE_EVENT, PREEMPTED, UPCOMING_MAINTENANCE}
     fake.set(PREEMPTED, "TRUE")

@@ -124,8 +124,16 @@ class Outage:
         return None if since is None else self._clock.monotonic() - since
 
 
+def close_on_stop(transport: MetadataTransport, stop: threading.Event) -> None:
+    """Close `transport` once `stop` is set: a hanging GET in flight ends now, not at its timeout."""
+    stop.wait()
+    transport.close()
+
+
 class KeyWatch:
-    """Watches one key in its own thread until `stop` is set."""
+    """Watches one key in its own thread until `stop` is set. `closes_transport`: a thread of its own closes
+    the transport at `stop`, ending the hanging GET at once (False: its owner does, as `MetadataWatcher`
+    does once for the watches that share its transport)."""
 
     def __init__(
         self,
@@ -141,6 +149,7 @@ class KeyWatch:
         spec: KeySpec | None = None,
         outage: Outage | None = None,
         on_output_error: OnOutputError = _ignore,
+        closes_transport: bool = True,
     ) -> None:
         if timeout_sec < 1:
             raise ValueError(f"timeout_sec must be a whole number of seconds >= 1, got {timeout_sec}")
@@ -159,11 +168,16 @@ class KeyWatch:
         self._status = WatchStatus(key, WatchMode.HANGING, None, None, None)
         self._etag: str | None = None
         self._thread = threading.Thread(target=self.run, name=f"watch {key}", daemon=True)
-        self._closer = threading.Thread(target=self._close_on_stop, name=f"stop {key}", daemon=True)
+        self._closer = (
+            threading.Thread(target=close_on_stop, args=(transport, stop), name=f"stop {key}", daemon=True)
+            if closes_transport
+            else None
+        )
 
     def start(self) -> None:
         self._thread.start()
-        self._closer.start()
+        if self._closer is not None:
+            self._closer.start()
 
     def join(self, timeout: float | None = None) -> bool:
         """True when the watch has ended (or was never started)."""
@@ -179,10 +193,6 @@ class KeyWatch:
     def status(self) -> WatchStatus:
         with self._lock:
             return self._status
-
-    def _close_on_stop(self) -> None:
-        self._stop.wait()
-        self._transport.close()
 
     def _update(self, **changes: Any) -> None:
         with self._lock:
@@ -374,13 +384,19 @@ class MetadataWatcher:
                 backoff=backoff_factory(),
                 outage=outage,
                 on_output_error=on_output_error,
+                closes_transport=False,
             )
             for key in keys
         ]
+        # One thread ends every hanging GET at `stop`: the watches share the transport.
+        self._closer = threading.Thread(
+            target=close_on_stop, args=(transport, stop), name="stop watches", daemon=True
+        )
 
     def start(self) -> None:
         for watch in self.watches:
             watch.start()
+        self._closer.start()
 
     def join(self, timeout: float | None = None) -> bool:
         """True when every watch has ended (within `timeout` s overall)."""
