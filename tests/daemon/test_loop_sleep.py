@@ -21,7 +21,8 @@ from watchdog.core.metadata_values import parse_maintenance_event, parse_upcomin
 from watchdog.daemon.departures import DEPARTURE_CHECK
 from watchdog.daemon.device_watch import DEVICE_CHECK
 from watchdog.daemon.index import HoldersScanned
-from watchdog.daemon.loop import LOOP_CEILING, READY_WITHIN, Daemon
+from watchdog.daemon.loop import LOOP_CEILING, Daemon
+from watchdog.daemon.systemd import READY_WITHIN
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.watch import ValueChanged
 from watchdog.surface.notify import Notifier

@@ -6,7 +6,8 @@ same story from one metadata answer to the history entry):
 3. The drain: runner.py starts it and carries its messages, drain_thread.py walks `core/drain.py` against
    real processes, writeahead.py writes each wave ahead to the state file.
 4. Telling: telling.py hands each moment to its subscribers: recorder.py (history), announce.py (journal),
-   notices.py (webhooks), view.py and status_text.py (/status, `status`), under outputs.py's guards.
+   notices.py (webhooks), view.py and status_text.py (/status, `status`), systemd.py (READY=1,
+   WATCHDOG=1, STATUS=), each under outputs.py's guards.
 5. Beside the story: index.py (warm holder index), reporting.py (inputs' metrics and lines), device_watch.py,
    identity_learner.py, profile.py, gpucheck.py, departures.py, reload.py (SIGHUP), sighup.py (signals).
 """

@@ -76,7 +76,8 @@ from watchdog.daemon.runner import (
     ThreadReturned,
 )
 from watchdog.daemon.sighup import ReloadAsked
-from watchdog.daemon.telling import LifecycleGauges, SignalCounter, SiteHooks, SystemdStatus, Telling
+from watchdog.daemon.systemd import SystemdNotify
+from watchdog.daemon.telling import LifecycleGauges, SignalCounter, SiteHooks, Telling
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
 from watchdog.host.devices import DeviceSet
@@ -100,7 +101,6 @@ log = logging.getLogger("tpu-watchdog")
 
 LOOP_CEILING = 10.0  # s between looks at a due time kept on the wall clock (a wall-clock step is caught up)
 STOP_DISK_WAIT = 1.0  # s a stop waits for the disk: the state file's and the history's last writes
-READY_WITHIN = 10.0  # READY=1 after every watch answered, or this long, whichever first
 
 
 @dataclass(frozen=True)
@@ -162,10 +162,14 @@ class Daemon:
         self.notice_timing = NoticeTiming(
             lambda: self.view.values, self.lifecycle, lambda: self.policy, self.outputs
         )
+        self._answered: set[str] = set()  # the watched keys that have answered (or 404ed)
+        self.systemd = SystemdNotify(
+            notifier, self.outputs, self.view.summary, started=self.clock.monotonic(),
+            answered=lambda: len(self._answered) >= len(self.watcher.watches),
+        )  # fmt: skip
         self.telling = Telling(self.outputs, self.lifecycle, [
-            self.recorder, LifecycleGauges(metrics), SignalCounter(metrics), self.view,
-            SystemdStatus(notifier, self.view.summary), LogLines(self.policy.ladder, config.dry_run),
-            self.notices, SiteHooks(hooks, config.dry_run),
+            self.recorder, LifecycleGauges(metrics), SignalCounter(metrics), self.view, self.systemd,
+            LogLines(self.policy.ladder, config.dry_run), self.notices, SiteHooks(hooks, config.dry_run),
         ])  # fmt: skip
         self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
         self.runner = DrainRunner(
@@ -176,11 +180,8 @@ class Daemon:
         busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
         self.index = HolderIndex(scanner, self.inbox.put, busy, stop, outputs=self.outputs, clock=self.clock)
         self.indexed = HoldersScanned()  # the index's last scan: a drain's first wave starts from it
-        self._answered: set[str] = set()
         self.last_record: DrainRecord | None = None  # the last drain's record: a reopened one goes on
-        self._ready_sent = False
-        self._next_ping = self._next_scan = 0.0
-        self._ready_by = self.clock.monotonic() + READY_WITHIN  # READY=1 by then, answered or not
+        self._next_scan = 0.0
         self.progress_interval, self._next_progress = progress_interval, 0.0
         self.newcomers = Newcomers(
             self.lifecycle,
@@ -260,8 +261,7 @@ class Daemon:
         wall = [self.notice_timing.next_due(now - offset), self.newcomers.next_due(now - offset)]
         life, running = self.lifecycle, self.runner.running
         monotonic = [
-            None if self._ready_sent else self._ready_by,
-            self._next_ping if self.notifier.watchdog_interval is not None else None,
+            *self.systemd.next_due(),
             self.recorder.next_due(),
             self._next_progress if running and life.drain is not None else None,
             self._next_scan if not running and life.drain is None and life.events else None,
@@ -326,18 +326,10 @@ class Daemon:
     def _timers(self, now: float) -> None:
         """Each time-based step, guarded on its own: each moves its due time (`_due_times`) before it
         acts, so one that fails is not taken again at once (the loop would spin) and skips no other."""
-        steps = (self._ready, self._heard, self.recorder.tick, self._ping, self._notices_due, self._progress,
+        steps = (self.systemd.tick, self._heard, self.recorder.tick, self._notices_due, self._progress,
                  self._watch_late_arrivals, self._departures, self.devices.check)  # fmt: skip
         for step in steps:
             self._guarded(step, now)
-
-    def _ready(self, now: float) -> None:
-        if not self._ready_sent and (
-            len(self._answered) >= len(self.watcher.watches) or now >= self._ready_by
-        ):
-            self._ready_sent = True
-            with self.outputs.guarded(Output.NOTIFY):
-                self.notifier.ready(self.view.summary())
 
     def _heard(self, now: float) -> None:
         """Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time."""
@@ -345,14 +337,6 @@ class Daemon:
         if heard:
             with self.outputs.guarded(Output.METRICS):
                 self.metrics.metadata_last_success.set(heard)
-
-    def _ping(self, now: float) -> None:
-        """WATCHDOG=1 every half WatchdogSec (sd_watchdog_enabled(3)): a wakeup systemd asks for."""
-        interval = self.notifier.watchdog_interval
-        if interval is not None and now >= self._next_ping:
-            self._next_ping = now + interval
-            with self.outputs.guarded(Output.NOTIFY):
-                self.notifier.watchdog()
 
     def _notices_due(self, now: float) -> None:
         self._apply(self.notice_timing.due(self.clock.wall()))  # maintenance put off, drain_before_window
@@ -501,8 +485,7 @@ class Daemon:
             else:
                 remove_listen_address(self.store.dir)
         if self.reporter.listener(address, error):
-            with self.outputs.guarded(Output.NOTIFY):
-                self.notifier.status(self.view.summary())
+            self.systemd.status()
 
     def _identity_learned(self, identity: HostIdentity) -> None:
         self.view.identity = identity
@@ -533,10 +516,7 @@ class Daemon:
                 self._guarded(self._drain_reported, message)
 
     def _shutdown(self) -> None:
-        with self.outputs.guarded(Output.NOTIFY):
-            self.notifier.stopping(
-                "stopping: state saved" + (", drain resumes on start" if self.runner.running else "")
-            )
+        self.systemd.stopping(drain_resumes=self.runner.running)
         self.runner.join(timeout=1.5)
         self._last_reports()
         # The last state and the drain's last history entry, on disk before the process ends: one second

@@ -6,14 +6,15 @@ write or run on threads of their own).
 
 The subscribers, in the order they are told: the history and its drain counters (`daemon/recorder.py`),
 the state and deadline gauges and the signal counter (metrics), /status (`daemon/view.py`) and systemd's
-STATUS= line, the log lines (`daemon/announce.py`), the webhook notices (`daemon/notices.py`) and the
-site hooks. Only the loop tells: the drain's thread reports its moments (holders found, each signal) to
-the loop's inbox (`daemon/runner.py`), so every subscriber is called from one thread, in one order.
+STATUS= line (`daemon/systemd.py`), the log lines (`daemon/announce.py`), the webhook notices
+(`daemon/notices.py`) and the site hooks. Only the loop tells: the drain's thread reports its moments
+(holders found, each signal) to the loop's inbox (`daemon/runner.py`), so every subscriber is called from
+one thread, in one order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from watchdog.core.drain_record import SignalResult
@@ -24,7 +25,6 @@ from watchdog.core.vocabulary import Outcome, Output
 from watchdog.daemon.outputs import Outputs
 from watchdog.surface.hooks import HookContext, HookRunner
 from watchdog.surface.metrics import Metrics
-from watchdog.surface.notify import Notifier
 
 
 class Subscriber(Protocol):
@@ -78,20 +78,6 @@ class SignalCounter:
     def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
         if isinstance(moment, ProcessSignalled) and moment.result is SignalResult.SENT and not moment.dry_run:
             self.metrics.signals_sent.labels(signal_name(moment.signum)).inc()
-
-
-class SystemdStatus:
-    """systemd's STATUS= line (`StatusView.summary`), after each moment the loop tells: told after /status,
-    so both say the same."""
-
-    output = Output.NOTIFY
-
-    def __init__(self, notifier: Notifier, summary: Callable[[], str]) -> None:
-        self.notifier, self.summary = notifier, summary
-
-    def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
-        if not isinstance(moment, (HoldersFound, ProcessSignalled)):
-            self.notifier.status(self.summary())
 
 
 class SiteHooks:
