@@ -22,7 +22,6 @@ import logging
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -521,11 +520,11 @@ class Daemon:
         self._last_reports()
         # The last state and the drain's last history entry, on disk before the process ends: one second
         # for both, so a stuck disk holds the stop back once, not once per file.
-        disk_deadline = time.monotonic() + STOP_DISK_WAIT
+        disk_deadline = self.clock.monotonic() + STOP_DISK_WAIT
         if not self.runner.writer.flush(STOP_DISK_WAIT):
             with self.outputs.guarded(Output.LOG):
                 log.error("stopping with the state file's last writes not done: the disk is stuck")
-        if not self.recorder.history.settled(max(0.0, disk_deadline - time.monotonic())):
+        if not self.recorder.history.settled(max(0.0, disk_deadline - self.clock.monotonic())):
             with self.outputs.guarded(Output.LOG):
                 log.error("stopping with the history's last writes not done: the disk is stuck")
         self.watcher.join(timeout=1.0)
