@@ -7,7 +7,10 @@ take it, a fault for the preempted watch's next request (503, a reset, a 2 s del
 turn), so that watch fails and retries. Every DRAIN_EVERY s a holder opens the device,
 TERMINATE_ON_HOST_MAINTENANCE is set (its watch is left alone, so each drain happens), the holder's SIGTERM is
 awaited, the event is cleared and the daemon is back to idle. Every SAMPLE_EVERY s: VmRSS, threads and open
-fds of the daemon. Goal: RSS within 1 MiB, threads and fds unchanged, from minute 5 to the end.
+fds of the daemon. Goal, from minute 5 to the end: RSS within 1 MiB, and no growth of threads or fds (the
+second half's highest count no higher than the first half's: an fd or a thread open for a moment, a
+reconnecting watch's socket or the benchmark's own /status request, is no leak; one left per drain or per
+fault grows).
 STEADY_MINUTES (default 11) sets the length; the one-hour run is `STEADY_MINUTES=60`. The device node has
 a number nothing else holds, so the daemon can only ever signal the benchmark's own holder.
 """
@@ -151,7 +154,9 @@ def table(result: dict[str, object]) -> tuple[str, bool]:
     rss = [s[1] / 1024 for s in late]
     threads, fds = [s[2] for s in late], [s[3] for s in late]
     rss_ok = max(rss) - min(rss) <= GOAL_MIB
-    flat = rss_ok and max(threads) == min(threads) and max(fds) == min(fds)
+    half = len(late) // 2
+    grows = [max(counts[half:]) > max(counts[: half or 1]) for counts in (threads, fds)]
+    flat = rss_ok and not any(grows)
     rss0, top = samples[0][1] / 1024, max(s[1] for s in samples) / 1024
     rows = [
         ("run", f"{result['minutes']:.0f} min, {result['drains']} drains, {result['faults']} faults, "
@@ -163,7 +168,8 @@ def table(result: dict[str, object]) -> tuple[str, bool]:
          f"(min {min(threads)}, max {max(threads)})"),
         (f"open fds minute {first[0]:.1f} -> {last[0]:.1f}", f"{fds[0]} -> {fds[-1]} "
          f"(min {min(fds)}, max {max(fds)})"),
-        (f"goal: RSS within {GOAL_MIB:.0f} MiB, threads and fds unchanged", "met" if flat else "**NOT met**"),
+        (f"goal: RSS within {GOAL_MIB:.0f} MiB, threads and fds no higher in the second half than the first",
+         "met" if flat else "**NOT met**"),
     ]  # fmt: skip
     every = max(1, len(samples) // 12)
     curve = ", ".join(f"{s[0]:.1f}: {s[1] / 1024:.2f}" for s in samples[::every])

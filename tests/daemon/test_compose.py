@@ -28,11 +28,10 @@ def test_production_wiring_comes_from_the_configuration(tmp_path: Path) -> None:
         assert isinstance(
             daemon.scanner, HolderScanner
         )  # every process of this namespace, not a narrowed one
-        assert daemon.policy.maintenance_grace == config.maintenance_grace
+        assert daemon.notice_timing.policy.maintenance_grace == config.maintenance_grace
         assert {w.key for w in daemon.watcher.watches} == {
             "instance/maintenance-event", "instance/preempted", "instance/upcoming-maintenance",
         }  # fmt: skip
-        assert daemon.metrics is built.metrics
     finally:
         built.close()
 

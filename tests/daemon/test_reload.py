@@ -55,7 +55,7 @@ def test_a_drain_before_the_window_keeps_its_deadline_when_the_reload_shortens_t
         wait_for(lambda: time.time() > due + 1.5, timeout=15, what="the new lead's due time, and a tick")
         assert harness.daemon.lifecycle.drain is not None
         assert harness.daemon.lifecycle.drain.deadline == deadline
-        assert harness.daemon.policy.drain_before_window == 10.0  # still the event's own
+        assert harness.daemon.notice_timing.policy.drain_before_window == 10.0  # still the event's own
 
 
 def test_a_file_that_does_not_load_changes_nothing(
@@ -75,5 +75,5 @@ def test_idle_a_new_policy_applies_at_once(
 ) -> None:
     with DaemonHarness(state_dir, fake, workloads) as harness:
         _reload(harness, dataclasses.replace(harness.config, preemption_grace=7.0, dry_run=True))
-        wait_for(lambda: harness.daemon.policy.preemption_grace == 7.0, what="the new grace")
+        wait_for(lambda: harness.daemon.notice_timing.policy.preemption_grace == 7.0, what="the new grace")
         assert harness.daemon.config.dry_run is False  # restart-only: the running value stays

@@ -16,20 +16,22 @@ from watchdog.surface.notify import Notifier
 ENV = {"NOTIFY_SOCKET": "@test", "WATCHDOG_USEC": "4000000"}
 
 
-def systemd(sent: list[str], answered: list[bool], metrics: Metrics | None = None) -> SystemdNotify:
+def systemd(sent: list[str], metrics: Metrics | None = None) -> SystemdNotify:
+    """Two watched keys, none answered yet."""
     notifier = Notifier(ENV, lambda message: sent.append(message) or True)
     outputs = Outputs(metrics or Metrics())
-    return SystemdNotify(notifier, outputs, lambda: "idle", started=100.0, answered=lambda: answered[0])
+    return SystemdNotify(notifier, outputs, lambda: "idle", started=100.0, watched=2)
 
 
 def test_ready_goes_once_when_every_key_answered_and_pings_every_half_watchdog_sec() -> None:
     sent: list[str] = []
-    answered = [False]
-    s = systemd(sent, answered)
+    s = systemd(sent)
+    s.heard("instance/preempted")
+    s.heard("instance/preempted")  # one key twice is still one
     s.tick(100.0)
     assert not any(m.startswith("READY=1") for m in sent)
     assert s.next_due() == [100.0 + READY_WITHIN, 102.0]
-    answered[0] = True
+    s.heard("instance/maintenance-event")
     s.tick(101.0)
     s.tick(101.5)
     assert sum(m.startswith("READY=1") for m in sent) == 1
@@ -41,7 +43,8 @@ def test_ready_goes_once_when_every_key_answered_and_pings_every_half_watchdog_s
 
 def test_ready_goes_at_ready_within_though_a_key_never_answered() -> None:
     sent: list[str] = []
-    s = systemd(sent, [False])
+    s = systemd(sent)
+    s.heard("instance/preempted")
     s.tick(100.0 + READY_WITHIN - 0.1)
     assert not any(m.startswith("READY=1") for m in sent)
     s.tick(100.0 + READY_WITHIN)
@@ -50,7 +53,7 @@ def test_ready_goes_at_ready_within_though_a_key_never_answered() -> None:
 
 def test_status_follows_moments_but_not_a_drain_s_own_reports() -> None:
     sent: list[str] = []
-    s = systemd(sent, [True])
+    s = systemd(sent)
     s.told(DaemonStarted("idle", ("/dev/accel*",)), Lifecycle())
     signalled = ProcessSignalled(
         ProcessIdentity(4_300_000, 7),
@@ -73,9 +76,7 @@ def test_a_send_that_raises_is_counted_and_the_loop_goes_on() -> None:
     def broken(message: str) -> bool:
         raise RuntimeError("a bug in the sender")
 
-    s = SystemdNotify(
-        Notifier(ENV, broken), Outputs(metrics), lambda: "idle", started=0.0, answered=lambda: True
-    )
+    s = SystemdNotify(Notifier(ENV, broken), Outputs(metrics), lambda: "idle", started=0.0, watched=0)
     s.tick(0.0)  # READY=1 and WATCHDOG=1 both fail: neither raises
     s.stopping(drain_resumes=True)
     errors = metrics.registry.get_sample_value("tpu_watchdog_output_errors_total", {"output": "notify"})

@@ -1,7 +1,8 @@
 """The daemon: the core's decisions wired to the edges. Read it in this order (docs/architecture.md tells the
 same story from one metadata answer to the history entry):
 
-1. compose.py builds a `Daemon` from a `Config`; loop.py is the one loop that owns the lifecycle.
+1. compose.py builds every part from a `Config` and wires them into a `Daemon`; loop.py is the one loop
+   that owns the lifecycle, and builds nothing.
 2. What starts a drain: notice_timing.py (when a notice's SIGTERM goes), newcomers.py (who may be signalled).
 3. The drain: runner.py starts it and carries its messages, drain_thread.py walks `core/drain.py` against
    real processes, writeahead.py writes each wave ahead to the state file.

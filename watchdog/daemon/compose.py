@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,20 +19,32 @@ from dataclasses import dataclass
 from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
 from watchdog.core.accelerators import Profile, ProfileChoice
-from watchdog.core.clock import Clock
+from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord
+from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.announce import PROGRESS_INTERVAL
+from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
+from watchdog.daemon.departures import Departures
+from watchdog.daemon.device_watch import DeviceWatch
 from watchdog.daemon.drain_thread import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
 from watchdog.daemon.gpucheck import CrossChecked
-from watchdog.daemon.loop import Daemon
-from watchdog.daemon.newcomers import CONFIRM_WAIT
+from watchdog.daemon.index import HolderIndex
+from watchdog.daemon.loop import Daemon, Inbox, PersistenceChanged
+from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers
+from watchdog.daemon.notice_timing import NoticeTiming
+from watchdog.daemon.notices import Notices
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.profile import host_profile, say_profile
+from watchdog.daemon.recorder import HistoryEntries
 from watchdog.daemon.reload import Reloader
+from watchdog.daemon.reporting import Reporter
+from watchdog.daemon.runner import DrainRunner
 from watchdog.daemon.sighup import ReloadRequests
+from watchdog.daemon.systemd import SystemdNotify
+from watchdog.daemon.telling import LifecycleGauges, SignalCounter, SiteHooks, Telling
+from watchdog.daemon.view import StatusView
 from watchdog.host.devices import SYS
 from watchdog.host.exits import Wakeup
 from watchdog.host.holders import HolderScanner, scanner_for
@@ -40,7 +53,7 @@ from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.errors import ErrorKind
 from watchdog.metadata.identity import fetch_identity
 from watchdog.metadata.transport import MetadataTransport, resolve_metadata_host
-from watchdog.metadata.watch import MetadataWatcher, OnOutputError, WatchEvent, WatchTiming
+from watchdog.metadata.watch import MetadataWatcher, WatchTiming
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
 from watchdog.surface.logs import LogWriter
@@ -102,14 +115,6 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     if wiring.log_writer is not None:  # a line dropped behind a stuck log stream: an output error
         wiring.log_writer.on_drop = metrics.output_errors.labels(Output.LOG.value).inc
 
-    def watcher_factory(
-        emit: Callable[[WatchEvent], None], on_output_error: OnOutputError
-    ) -> MetadataWatcher:
-        return MetadataWatcher(
-            transport, emit, stop, timeout_sec=wiring.timeout_sec, timing=wiring.timing,
-            backoff_factory=wiring.backoff or WatchBackoff, on_output_error=on_output_error,
-        )  # fmt: skip
-
     senders = functools.partial(
         webhook_sender, metrics=metrics, outputs=outputs, backoff=wiring.webhook_backoff
     )
@@ -118,27 +123,61 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     scanner = wiring.scanner or (wiring.narrow(production) if wiring.narrow else production)
     if choice.profile is Profile.NVIDIA_GPU:
         scanner = gpu_cross_checked(scanner, wiring.gpus, stop, outputs)
-    daemon = Daemon(
-        config,
-        stop=stop,
-        watcher_factory=watcher_factory,
-        scanner=scanner,
-        devices=production.devices,  # what the configuration matches, as every scan judges it
-        patterns=production.patterns,
-        store=store,
-        hooks=HookRunner.from_config(config),
-        notifier=wiring.notifier or Notifier(),
-        metrics=metrics,
-        outputs=outputs,
-        reloader=Reloader(wiring.reload_config or (lambda: config), senders),
-        clock=wiring.clock,
-        identity=(lambda paths: fetch_identity(transport, paths)) if wiring.host_info else None,
-        wedge_file=wiring.wedge_file,
-        confirm_wait=wiring.confirm_wait,
-        webhooks=senders(config.webhooks),
-        progress_interval=wiring.progress_interval,
+
+    # The inputs: each answers into the inbox, which wakes the loop.
+    clock = wiring.clock or SystemClock()
+    inbox: Inbox = queue.Queue()
+    watcher = MetadataWatcher(
+        transport, inbox.put, stop, timeout_sec=wiring.timeout_sec, timing=wiring.timing,
+        backoff_factory=wiring.backoff or WatchBackoff,
+        on_output_error=functools.partial(outputs.failed, Output.LOG),
+    )  # fmt: skip
+    # The core, as the state file left it, and its verdicts.
+    policy, saved = policy_from_config(config), store.state
+    lifecycle = Lifecycle.restored(
+        saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run,
+        saved.ended_drain, saved.ended_at,
+    )  # fmt: skip
+    newcomers = Newcomers(
+        lifecycle, clock.wall(), wiring.confirm_wait, saved.unconfirmed(), outputs=outputs,
+        ask=policy.ladder.ask.name,
+    )  # fmt: skip
+    runner = DrainRunner(
+        config, scanner=scanner, store=store, clock=clock, stop=stop, report=inbox.put,
+        persistence_changed=lambda: inbox.put(PersistenceChanged()), outputs=outputs,
         processes=wiring.processes,
+    )  # fmt: skip
+    busy = lambda: runner.running or bool(lifecycle.events)  # noqa: E731 - the loop scans then
+    index = HolderIndex(scanner, inbox.put, busy, stop, outputs=outputs, clock=clock)
+    # The outputs: what the daemon shows and keeps, and the moments' subscribers.
+    view: StatusView  # the history names its host by what /status knows (built next)
+    recorder = HistoryEntries(store, config, metrics, clock, outputs=outputs, host=lambda: view.host)
+    notices = Notices(senders(config.webhooks), recorder.host_labels, clock, config.dry_run)
+    view = StatusView(
+        config, clock, watcher, lifecycle, metrics.registry, account=recorder, webhooks=notices.webhooks
     )
+    recorder.restored(saved, lifecycle)  # the drain on file that will not be resumed
+    reporter = Reporter(metrics, view, store, policy.unknown_event_action, outputs)
+    systemd = SystemdNotify(
+        wiring.notifier or Notifier(), outputs, view.summary, started=clock.monotonic(),
+        watched=len(watcher.watches),
+    )  # fmt: skip
+    hooks = HookRunner.from_config(config)
+    telling = Telling(outputs, lifecycle, [
+        recorder, LifecycleGauges(metrics), SignalCounter(metrics), view, systemd,
+        LogLines(policy.ladder, config.dry_run), notices, SiteHooks(hooks, config.dry_run),
+    ])  # fmt: skip
+    daemon = Daemon(
+        config=config, stop=stop, clock=clock, inbox=inbox, watcher=watcher, index=index,
+        devices=DeviceWatch(production.devices, production.patterns or config.devices, view, outputs),
+        lifecycle=lifecycle, notice_timing=NoticeTiming(lambda: view.values, lifecycle, policy, outputs),
+        newcomers=newcomers, runner=runner, store=store, scanner=scanner, telling=telling, reporter=reporter,
+        view=view, recorder=recorder, systemd=systemd,
+        departures=Departures(metrics, outputs, reporter.holders_now), notices=notices, hooks=hooks,
+        reloader=Reloader(wiring.reload_config or (lambda: config), senders), outputs=outputs,
+        identity=(lambda paths: fetch_identity(transport, paths)) if wiring.host_info else None,
+        progress_interval=wiring.progress_interval, wedge_file=wiring.wedge_file,
+    )  # fmt: skip
     if wiring.reloads is not None:
         wiring.reloads.forward(daemon.inbox.put)
     return Built(daemon, transport, metrics, store, host)

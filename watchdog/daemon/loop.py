@@ -17,20 +17,17 @@ the same deadline, by the next start.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from watchdog.config.policy import policy_from_config
 from watchdog.config.settings import Config
-from watchdog.core.clock import Clock, SystemClock
+from watchdog.core.clock import Clock
 from watchdog.core.drain_record import DrainRecord
-from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import (
     Action,
     CancelDrain,
@@ -52,13 +49,13 @@ from watchdog.core.moments import (
     moment_of,
 )
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
-from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
+from watchdog.daemon.announce import PROGRESS_INTERVAL
 from watchdog.daemon.departures import Departures
 from watchdog.daemon.device_watch import DeviceWatch
-from watchdog.daemon.drain_thread import ExitWaiter, Scanner, Signaller
+from watchdog.daemon.drain_thread import Scanner
 from watchdog.daemon.identity_learner import Fetch, learn_identity
 from watchdog.daemon.index import HolderIndex, HoldersScanned
-from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers, late_arrivals
+from watchdog.daemon.newcomers import Newcomers, late_arrivals
 from watchdog.daemon.notice_timing import NoticeTiming
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.outputs import Outputs
@@ -76,25 +73,18 @@ from watchdog.daemon.runner import (
 )
 from watchdog.daemon.sighup import ReloadAsked
 from watchdog.daemon.systemd import SystemdNotify
-from watchdog.daemon.telling import LifecycleGauges, SignalCounter, SiteHooks, Telling
+from watchdog.daemon.telling import Telling
 from watchdog.daemon.view import StatusView
 from watchdog.exitcodes import EXIT_OK
-from watchdog.host.devices import DeviceSet
 from watchdog.metadata.watch import (
-    Emit,
     KeyUnsupported,
     MetadataWatcher,
-    OnOutputError,
     ValueChanged,
     WatchEvent,
     WatchFailed,
 )
-from watchdog.store.address import remove_listen_address, write_listen_address
 from watchdog.store.statefile import StateStore
 from watchdog.surface.hooks import HookRunner
-from watchdog.surface.metrics import Metrics
-from watchdog.surface.notify import Notifier
-from watchdog.surface.webhooks import WebhookSender
 
 log = logging.getLogger("tpu-watchdog")
 
@@ -109,91 +99,49 @@ class PersistenceChanged:
 
 # What the inbox carries: the watches' answers, the index's scans, a drain's reports, SIGHUP, the writer.
 Message: TypeAlias = WatchEvent | HoldersScanned | DrainReport | ReloadAsked | PersistenceChanged
+Inbox: TypeAlias = "queue.Queue[Message | None]"  # None: stop
 
 
+@dataclass(eq=False)
 class Daemon:
-    def __init__(
-        self,
-        config: Config,
-        *,
-        stop: threading.Event,
-        watcher_factory: Callable[[Emit, OnOutputError], MetadataWatcher],
-        scanner: Scanner,
-        devices: Callable[[], DeviceSet],
-        patterns: Sequence[str] = (),  # what `devices` globs: the profile's patterns; (): config.devices
-        store: StateStore,
-        hooks: HookRunner,
-        notifier: Notifier,
-        metrics: Metrics,
-        reloader: Reloader,
-        outputs: Outputs | None = None,  # None: a guard of its own on `metrics`
-        clock: Clock | None = None,
-        identity: Fetch | None = None,
-        wedge_file: str | None = None,
-        confirm_wait: float = CONFIRM_WAIT,
-        webhooks: WebhookSender | None = None,
-        progress_interval: float = PROGRESS_INTERVAL,
-        processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None,  # a test's world; None: pidfds
-    ) -> None:
-        self.config, self.stop, self.clock = config, stop, clock or SystemClock()
-        self.policy = policy_from_config(config)
-        self.scanner, self.store, self.hooks, self.notifier = scanner, store, hooks, notifier
-        self.metrics, self.outputs = metrics, outputs or Outputs(metrics)  # every output below is guarded
-        self.inbox: queue.Queue[Message | None] = queue.Queue()  # None: stop
-        self.reloader = reloader  # SIGHUP: what a reload reads, and how it builds a webhook sender
-        self.watcher = watcher_factory(self.inbox.put, functools.partial(self.outputs.failed, Output.LOG))
-        saved = store.state
-        self.lifecycle = Lifecycle.restored(
-            saved.events, saved.drain, saved.last_outcome, config.maintenance_grace, saved.last_dry_run,
-            saved.ended_drain, saved.ended_at,
-        )  # fmt: skip
-        self.recorder = HistoryEntries(
-            store, config, metrics, self.clock, outputs=self.outputs, host=lambda: self.view.host
-        )
-        self.notices = Notices(webhooks, self.recorder.host_labels, self.clock, config.dry_run)
-        self.view = StatusView(
-            config, self.clock, self.watcher, self.lifecycle, metrics.registry, account=self.recorder,
-            webhooks=self.notices.webhooks,
-        )  # fmt: skip
-        self.recorder.restored(saved, self.lifecycle)  # the drain on file that will not be resumed
-        self.reporter = Reporter(metrics, self.view, store, self.policy.unknown_event_action, self.outputs)
-        self._identity = identity
-        self.notice_timing = NoticeTiming(
-            lambda: self.view.values, self.lifecycle, lambda: self.policy, self.outputs
-        )
-        self._answered: set[str] = set()  # the watched keys that have answered (or 404ed)
-        self.systemd = SystemdNotify(
-            notifier, self.outputs, self.view.summary, started=self.clock.monotonic(),
-            answered=lambda: len(self._answered) >= len(self.watcher.watches),
-        )  # fmt: skip
-        self.telling = Telling(self.outputs, self.lifecycle, [
-            self.recorder, LifecycleGauges(metrics), SignalCounter(metrics), self.view, self.systemd,
-            LogLines(self.policy.ladder, config.dry_run), self.notices, SiteHooks(hooks, config.dry_run),
-        ])  # fmt: skip
-        self._wedge_file = wedge_file  # test-only fault switch: see _wedge_if_asked
-        self.runner = DrainRunner(
-            config, scanner=scanner, store=store, clock=self.clock, stop=stop, report=self.inbox.put,
-            persistence_changed=lambda: self.inbox.put(PersistenceChanged()), outputs=self.outputs,
-            processes=processes,
-        )  # fmt: skip
-        busy = lambda: self.runner.running or bool(self.lifecycle.events)  # noqa: E731 - the loop scans then
-        self.index = HolderIndex(scanner, self.inbox.put, busy, stop, outputs=self.outputs, clock=self.clock)
-        self.indexed = HoldersScanned()  # the index's last scan: a drain's first wave starts from it
-        self.last_record: DrainRecord | None = None  # the last drain's record: a reopened one goes on
-        self._next_scan = 0.0
-        self.progress_interval, self._next_progress = progress_interval, 0.0
-        self.newcomers = Newcomers(
-            self.lifecycle,
-            self.clock.wall(),
-            confirm_wait,
-            saved.unconfirmed(),
-            outputs=self.outputs,
-            ask=self.policy.ladder.ask.name,
-        )
-        self.departures = Departures(metrics, self.outputs, self.reporter.holders_now)
-        self.devices = DeviceWatch(devices, patterns or config.devices, self.view, self.outputs)
-        # Set again whenever the lifecycle changes, and on each tick.
-        self._refresh_admission()
+    """The loop and what it works with, each built once and wired by compose.py (the composition root):
+    the inputs that feed the inbox, the core's lifecycle and the verdicts on it, the drain's runner, and
+    the outputs it tells."""
+
+    config: Config  # replaced by a reload (daemon/reload.py)
+    stop: threading.Event  # set: the loop saves the state and returns
+    clock: Clock  # the daemon's one clock: every due time, deadline and wait reads it
+    inbox: Inbox  # what the other threads report, in order; None: stop
+    watcher: MetadataWatcher  # the hanging GETs, one thread per key, answering into the inbox
+    index: HolderIndex  # the warm holder index, scanning into the inbox
+    devices: DeviceWatch  # whether any device file matches, checked every DEVICE_CHECK
+    lifecycle: Lifecycle  # the core: events and the drain, restored from the state file
+    notice_timing: NoticeTiming  # the policy's verdicts on the watched values; holds the policy
+    newcomers: Newcomers  # who may be signalled that nobody signalled before
+    runner: DrainRunner  # starts each drain on its thread and carries its reports
+    store: StateStore  # the state file (its writes queue on `runner.writer`)
+    scanner: Scanner  # who holds a device: the late-arrival watch scans with it
+    telling: Telling  # every moment, to every output that subscribes
+    reporter: Reporter  # what the inputs say: metrics, /status fields, lines
+    view: StatusView  # /status, `status` and STATUS=
+    recorder: HistoryEntries  # the history: its entries and due writes
+    systemd: SystemdNotify  # READY=1, WATCHDOG=1, STATUS=
+    departures: Departures  # holders that left with no event on
+    notices: Notices  # the webhook notices (a reload swaps their sender)
+    hooks: HookRunner  # the site's hooks (a reload changes their commands)
+    reloader: Reloader  # SIGHUP
+    outputs: Outputs  # every output's guard
+    identity: Fetch | None = None  # reads the instance's identity; None: not asked
+    progress_interval: float = PROGRESS_INTERVAL  # s between a drain's progress lines
+    wedge_file: str | None = None  # test-only fault switch: see _wedge_if_asked
+    # The loop's own: what it learnt, and when it next looks.
+    indexed: HoldersScanned = field(init=False, default_factory=HoldersScanned)  # a first wave starts here
+    last_record: DrainRecord | None = field(init=False, default=None)  # a reopened drain goes on from it
+    _next_scan: float = field(init=False, default=0.0)  # the late-arrival watch's next scan
+    _next_progress: float = field(init=False, default=0.0)  # a running drain's next progress line
+
+    def __post_init__(self) -> None:
+        self._refresh_admission()  # set again whenever the lifecycle changes, and on each tick
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -204,9 +152,9 @@ class Daemon:
         self._resume()
         self.watcher.start()
         self.index.start()
-        if self._identity is not None:
+        if self.identity is not None:
             threading.Thread(
-                target=learn_identity, args=(self._identity, self._identity_learned, self.stop),
+                target=learn_identity, args=(self.identity, self.reporter.identity_learned, self.stop),
                 kwargs={"outputs": self.outputs}, name="host-identity", daemon=True,
             ).start()  # fmt: skip
         self.telling.tell(DaemonStarted(self.lifecycle.state.value, tuple(self.devices.patterns)))
@@ -292,7 +240,7 @@ class Daemon:
         if isinstance(message, ReloadAsked):
             self.reloader.reload(self)
             return
-        self._answered.add(message.key)
+        self.systemd.heard(message.key)
         if isinstance(message, ValueChanged):
             self._value_changed(message)
         elif isinstance(message, WatchFailed):
@@ -332,10 +280,7 @@ class Daemon:
 
     def _heard(self, now: float) -> None:
         """Every good answer counts, an unchanged hanging-GET timeout too: the watches keep the time."""
-        heard = max((s.last_success or 0.0 for s in self.watcher.statuses()), default=0.0)
-        if heard:
-            with self.outputs.guarded(Output.METRICS):
-                self.metrics.metadata_last_success.set(heard)
+        self.reporter.metadata_heard(self.watcher.statuses())
 
     def _notices_due(self, now: float) -> None:
         self._apply(self.notice_timing.due(self.clock.wall()))  # maintenance put off, drain_before_window
@@ -359,8 +304,7 @@ class Daemon:
             return
         self._next_scan = now + RESCAN_INTERVAL
         self._refresh_admission()
-        unsure = self.newcomers.possibly_signalled
-        ask = self.policy.ladder.ask.name
+        unsure, ask = self.newcomers.possibly_signalled, self.notice_timing.policy.ladder.ask.name
         if self.runner.admit and late_arrivals(
             self.scanner, self.store, self.reporter.holders_now, self.outputs, unsure, ask
         ):
@@ -428,7 +372,7 @@ class Daemon:
         self._refresh_admission()
         self._next_progress = self.clock.monotonic() + self.progress_interval
         return self.runner.order(
-            cause, self.lifecycle.drain, deadline, resume=resume, ladder=self.policy.ladder,
+            cause, self.lifecycle.drain, deadline, resume=resume, ladder=self.notice_timing.policy.ladder,
             possibly_signalled=self.newcomers.possibly_signalled, indexed=self.indexed,
             last_record=self.last_record,
         )  # fmt: skip
@@ -476,20 +420,9 @@ class Daemon:
         return self.clock.monotonic() + (wall_deadline - self.clock.wall())
 
     def http_attempted(self, address: str, error: str | None) -> None:
-        """The HTTP listener tried to bind (any thread): said once per change, in STATUS= too; where it
-        listens is kept in the state dir, for `tpu-watchdog status` (store/address.py)."""
-        with self.outputs.guarded(Output.STATUS):
-            if error is None:
-                write_listen_address(self.store.dir, address)
-            else:
-                remove_listen_address(self.store.dir)
+        """The HTTP listener tried to bind (any thread): said once per change, in STATUS= too."""
         if self.reporter.listener(address, error):
             self.systemd.status()
-
-    def _identity_learned(self, identity: HostIdentity) -> None:
-        self.view.identity = identity
-        with self.outputs.guarded(Output.METRICS):
-            self.metrics.set_host_info(identity.labels())
 
     def _wake_on_stop(self) -> None:
         self.stop.wait()
@@ -499,8 +432,8 @@ class Daemon:
     def _wedge_if_asked(self) -> None:
         """Test-only: once `wedge_file` exists, the loop stops ticking (no WATCHDOG=1 pings) until stopped,
         so a test can show systemd's watchdog restarting a wedged daemon. Never set in production."""
-        if self._wedge_file and os.path.exists(self._wedge_file):
-            log.error("test fault: %s exists, wedging the main loop", self._wedge_file)
+        if self.wedge_file and os.path.exists(self.wedge_file):
+            log.error("test fault: %s exists, wedging the main loop", self.wedge_file)
             self.stop.wait()
 
     def _last_reports(self) -> None:

@@ -24,13 +24,13 @@ log = logging.getLogger("tpu-watchdog")
 
 class NoticeTiming:
     """Verdicts for `lifecycle`, on `values()` (the last value of each source, as /status shows) under
-    `policy()` (a reload replaces it)."""
+    `policy`: the one policy in force (daemon/reload.py replaces it once no event is on)."""
 
     def __init__(
         self,
         values: Callable[[], Mapping[str, WatchedValue]],
         lifecycle: Lifecycle,
-        policy: Callable[[], Policy],
+        policy: Policy,
         outputs: Outputs,
     ) -> None:
         self.values, self.lifecycle, self.policy, self.outputs = values, lifecycle, policy, outputs
@@ -39,7 +39,7 @@ class NoticeTiming:
     def verdict(self, source: str, value: WatchedValue, now: float) -> Trigger | None:
         """The policy's verdict on `value`; for a maintenance notice not yet an event, with the window
         upcoming-maintenance announces (once the event is on, its drain is never put off again)."""
-        policy = self.policy()
+        policy = self.policy
         upcoming = self.values().get(UPCOMING_MAINTENANCE.source)
         on = source in self.lifecycle.events
         window = upcoming if isinstance(upcoming, UpcomingMaintenance) and not on else None
@@ -65,16 +65,16 @@ class NoticeTiming:
             actions += self.lifecycle.observe(source, self.verdict(source, notice, now), now)
         upcoming = values.get(UPCOMING_MAINTENANCE.source)
         if isinstance(upcoming, UpcomingMaintenance):
-            at = upcoming_drain_due(upcoming, self.policy())
+            at = upcoming_drain_due(upcoming, self.policy)
             if at is not None and now >= at:
-                verdict = trigger(upcoming, self.policy(), now)
+                verdict = trigger(upcoming, self.policy, now)
                 actions += self.lifecycle.observe(UPCOMING_MAINTENANCE.source, verdict, now)
         return actions
 
     def next_due(self, now: float) -> float | None:
         """When `due` may next bring something (a wall time after `now`), or None: only a new value can.
         The loop sleeps until then: a notice put off until before its window is SIGTERMed on time."""
-        values, policy, times = self.values(), self.policy(), []
+        values, policy, times = self.values(), self.policy, []
         upcoming = values.get(UPCOMING_MAINTENANCE.source)
         if not isinstance(upcoming, UpcomingMaintenance):
             return None

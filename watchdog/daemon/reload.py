@@ -30,13 +30,13 @@ from watchdog.config.policy import policy_from_config
 from watchdog.config.schema import BY_KEY, SETTINGS
 from watchdog.config.settings import Config, ConfigError, displayed
 from watchdog.core.lifecycle import Lifecycle
-from watchdog.core.policy import Policy
 from watchdog.core.vocabulary import Output
+from watchdog.daemon.notice_timing import NoticeTiming
 from watchdog.daemon.notices import Notices
 from watchdog.daemon.reporting import Reporter
+from watchdog.daemon.systemd import SystemdNotify
 from watchdog.daemon.view import StatusView
 from watchdog.surface.hooks import HookRunner
-from watchdog.surface.notify import Notifier
 from watchdog.surface.webhooks import WebhookSender
 
 log = logging.getLogger("tpu-watchdog")
@@ -58,11 +58,11 @@ class Reloadable(Protocol):
     """What a reload changes in the daemon (daemon/loop.py's Daemon)."""
 
     config: Config
-    policy: Policy
+    notice_timing: NoticeTiming  # holds the policy in force
     hooks: HookRunner
     reporter: Reporter
     lifecycle: Lifecycle
-    notifier: Notifier
+    systemd: SystemdNotify
     view: StatusView
     notices: Notices
 
@@ -82,7 +82,7 @@ class Reloader:
         mid-drain, and one that fails to be told is still carried out)."""
         outputs = daemon.reporter.outputs
         with outputs.guarded(Output.NOTIFY):
-            daemon.notifier.reloading("reloading the configuration")
+            daemon.systemd.notifier.reloading("reloading the configuration")
         old = daemon.config
         try:
             new = self.load()
@@ -123,7 +123,7 @@ class Reloader:
         if restart:
             short += f", restart needed for {', '.join(restart)}"
         with outputs.guarded(Output.NOTIFY):
-            daemon.notifier.ready(f"reloaded ({short}); {daemon.view.summary()}")
+            daemon.systemd.notifier.ready(f"reloaded ({short}); {daemon.view.summary()}")
 
     def settle(self, daemon: Reloadable) -> None:
         """After a change of the lifecycle: a policy that waited for the event in progress applies now."""
@@ -134,14 +134,14 @@ class Reloader:
                 log.info("the reloaded drain settings apply now: the event in progress is over")
 
     def _apply_policy(self, daemon: Reloadable, config: Config) -> None:
-        daemon.policy = policy_from_config(config)
+        daemon.notice_timing.policy = policy_from_config(config)
         daemon.reporter.unknown_event_action = config.unknown_event_action
 
     def _refused(self, daemon: Reloadable, why: str) -> None:
         with daemon.reporter.outputs.guarded(Output.LOG):
             log.error("reload refused, the configuration in use is unchanged: %s", why)
         with daemon.reporter.outputs.guarded(Output.NOTIFY):
-            daemon.notifier.ready(f"reload refused (configuration unchanged): {why}")
+            daemon.systemd.notifier.ready(f"reload refused (configuration unchanged): {why}")
 
 
 def _describe(old: Config, new: Config, live: list[str], restart: list[str], waits: bool) -> str:

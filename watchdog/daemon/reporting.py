@@ -6,8 +6,9 @@ line is guarded (`Outputs`): none can stop the caller."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from watchdog.core.identity import HostIdentity
 from watchdog.core.metadata_values import (
     MaintenanceEvent,
     MaintenanceKind,
@@ -26,7 +27,8 @@ from watchdog.core.vocabulary import (
 from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.view import StatusView
 from watchdog.metadata.errors import ErrorKind
-from watchdog.metadata.watch import WatchFailed
+from watchdog.metadata.watch import WatchFailed, WatchStatus
+from watchdog.store.address import remove_listen_address, write_listen_address
 from watchdog.store.statefile import StateStore
 from watchdog.surface.httpapi import BIND_RETRY
 from watchdog.surface.logs import fields, workload_fields
@@ -85,6 +87,20 @@ class Reporter:
                 message.key, in_words(error.kind), error.detail,
                 extra=fields("metadata_error", endpoint=source_of(message.key), error_kind=kind),
             )  # fmt: skip
+
+    def metadata_heard(self, statuses: Iterable[WatchStatus]) -> None:
+        """When the metadata server last answered well (an unchanged hanging-GET timeout too): the watches
+        keep the time; the gauge follows."""
+        heard = max((s.last_success or 0.0 for s in statuses), default=0.0)
+        if heard:
+            with self.outputs.guarded(Output.METRICS):
+                self.metrics.metadata_last_success.set(heard)
+
+    def identity_learned(self, identity: HostIdentity) -> None:
+        """The instance's identity (its own thread): /status and `tpu_watchdog_host_info`."""
+        self.view.identity = identity
+        with self.outputs.guarded(Output.METRICS):
+            self.metrics.set_host_info(identity.labels())
 
     def metadata_value(self, key: str, value: WatchedValue) -> None:
         """A good answer: the value in /status, and its metrics."""
@@ -177,7 +193,13 @@ class Reporter:
 
     def listener(self, address: str, error: str | None) -> bool:
         """An attempt to bind the HTTP listener (any thread): a failed one is counted (output `http`); a
-        change is said in /status and the journal. True on a change (for STATUS=)."""
+        change is said in /status and the journal. Where it listens is kept in the state dir, for
+        `tpu-watchdog status` (store/address.py). True on a change (for STATUS=)."""
+        with self.outputs.guarded(Output.STATUS):
+            if error is None:
+                write_listen_address(self.store.dir, address)
+            else:
+                remove_listen_address(self.store.dir)
         if error is not None:
             self._failed_binds += 1
             with self.outputs.guarded(Output.METRICS):

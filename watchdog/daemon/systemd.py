@@ -29,11 +29,12 @@ class SystemdNotify:
 
     def __init__(
         self, notifier: Notifier, outputs: Outputs, summary: Callable[[], str], *, started: float,
-        answered: Callable[[], bool],
+        watched: int,
     ) -> None:  # fmt: skip
         """`summary`: the STATUS= line (`StatusView.summary`); `started`: when the daemon started
-        (monotonic); `answered`: whether every watched key has answered."""
-        self.notifier, self.outputs, self.summary, self.answered = notifier, outputs, summary, answered
+        (monotonic); `watched`: how many keys must answer before READY=1."""
+        self.notifier, self.outputs, self.summary, self.watched = notifier, outputs, summary, watched
+        self._answered: set[str] = set()  # the watched keys that have answered (or 404ed)
         self.ready_by = started + READY_WITHIN  # READY=1 by then, answered or not
         self.ready_sent = False
         self._next_ping = 0.0
@@ -43,8 +44,12 @@ class SystemdNotify:
         ping = self._next_ping if self.notifier.watchdog_interval is not None else None
         return [None if self.ready_sent else self.ready_by, ping]
 
+    def heard(self, key: str) -> None:
+        """A watched key answered: a value, an error or a 404."""
+        self._answered.add(key)
+
     def tick(self, now: float) -> None:
-        if not self.ready_sent and (self.answered() or now >= self.ready_by):
+        if not self.ready_sent and (len(self._answered) >= self.watched or now >= self.ready_by):
             self.ready_sent = True
             with self.outputs.guarded(Output.NOTIFY):
                 self.notifier.ready(self.summary())
