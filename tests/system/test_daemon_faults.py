@@ -106,7 +106,7 @@ def _read(fd: int) -> bytes:
 
 
 def report(name: str, **figures: object) -> None:
-    print(  # noqa: T201 - the figures docs/reliability.md quotes, shown with -s
+    print(  # noqa: T201 - what each recovery took, shown with -s
         f"\nFAULT {name}: " + ", ".join(f"{k}={v}" for k, v in figures.items())
     )
 
