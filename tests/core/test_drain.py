@@ -59,7 +59,7 @@ def test_already_signalled_are_not_sigtermed_again_but_are_waited_for() -> None:
     c = core(A, B, already_signalled={A.identity: {TERM}})
     assert c.start() == [term(B)]
     assert A.identity in c.pending()
-    assert "before restart" in c.record.processes[A.identity].describe(T0)
+    assert "before the restart" in c.record.processes[A.identity].describe(T0)
 
 
 def test_an_earlier_runs_signals_keep_the_times_they_went() -> None:

@@ -69,7 +69,7 @@ def test_summary_says_who_blocked_and_why() -> None:
     assert "10@111 train; SIGTERM sent +0.00 s; exited (killed by SIGTERM) at +1.50 s" in text
     assert "no checkpoint" in text
     assert (
-        "20@222 stuck; SIGTERM sent before restart; SIGKILL not sent (denied) +300.00 s; still running"
+        "20@222 stuck; SIGTERM sent before the restart; SIGKILL not sent (denied) +300.00 s; still running"
         in text
     )
     assert "30@333 eval; released the device at +2.00 s, still running (not killed)" in text

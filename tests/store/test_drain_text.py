@@ -91,3 +91,14 @@ def test_the_totals_name_the_signal_that_asked_not_sigterm_always() -> None:
     assert totals({"processes": rehearsal, "dry_run": True}) == (
         "3 processes: would send SIGINT to 2, SIGKILL to 1 at the deadline (dry run: nothing was sent)"
     )
+
+
+def test_a_process_that_ended_before_the_restart_says_so_as_the_log_does() -> None:
+    rec = record()
+    proc = rec.processes[A]  # signalled and gone before a restart: the resumed run has no time for its end
+    proc.ended_at, proc.exit_status = None, None
+    entry = entry_from_record(rec, HOST)
+    [line] = [line for line in block(entry) if f" {A.pid} " in line]
+    assert "exited before the restart" in line, line
+    assert "exited before the restart" in proc.describe(rec.started)  # the journal's line
+    assert "after ?" not in line

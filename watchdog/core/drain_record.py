@@ -88,6 +88,7 @@ class ExitStatus:
 
 UNKNOWN_EXIT = ExitStatus()
 
+BEFORE_RESTART = "before the restart"  # when an earlier run sent a signal, or a process ended, untimed
 REOPENED = " (reopened for a late arrival)"  # a drain a late arrival joined after it had ended
 
 
@@ -191,7 +192,10 @@ class ProcessRecord:
         """One line for an SRE: who, what was sent when, how it ended."""
 
         def t(at: float | None) -> str:
-            return "before restart" if at is None else f"+{at - start:.2f} s"
+            return BEFORE_RESTART if at is None else f"+{at - start:.2f} s"
+
+        def at_(at: float | None) -> str:
+            return BEFORE_RESTART if at is None else f"at {t(at)}"
 
         verb = "would send" if dry_run else "sent"
         end = self.public_end(dry_run)
@@ -207,17 +211,17 @@ class ProcessRecord:
         status = self.exit_status or UNKNOWN_EXIT
         how = f" ({status})" if status.known and not (self.killed and status.signal == KILL) else ""
         if end is ProcessEnd.KILLED and self.end is End.EXITED:
-            parts.append(f"{end.value}{how} at {t(self.ended_at)}")
+            parts.append(f"{end.value}{how} {at_(self.ended_at)}")
         elif end is ProcessEnd.KILLED:
             parts.append(f"{end.value}, {ProcessEnd.STILL_RUNNING.value.replace('_', ' ')} after SIGKILL")
         elif self.end is End.EXITED:
-            parts.append(f"{end.value}{how} at {t(self.ended_at)}")
+            parts.append(f"{end.value}{how} {at_(self.ended_at)}")
             if self.sigterm_death is Death.SEEN:
                 parts.append("SIGTERM's default action: it had no handler, so it saved no checkpoint")
             elif self.sigterm_death is Death.INFERRED:
                 parts.append(INFERRED_DEATH)
         elif self.end is End.RELEASED:
-            parts.append(f"released the device at {t(self.ended_at)}, still running (not killed)")
+            parts.append(f"released the device {at_(self.ended_at)}, still running (not killed)")
         elif self.end is End.GONE:
             parts.append("gone before it was signalled")
         elif self.end is End.IDENTITY_CHANGED:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from watchdog.core.drain_record import BEFORE_RESTART
 from watchdog.core.ladder import KILL_NAME
 from watchdog.core.workload import words_of
 from watchdog.store.drain_entry import EXITED, KILLED, RELEASED, SIGTERM_DEATHS, STILL_RUNNING, UNKNOWN
@@ -18,6 +19,11 @@ Entry = Mapping[str, object]
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _after(value: object) -> str:
+    """When a process ended, after the drain's start; none on file: an earlier run saw it end, untimed."""
+    return BEFORE_RESTART if _num(value) is None else f"after {_secs(value)}"
 
 
 def _secs(value: object) -> str:
@@ -118,12 +124,12 @@ def process_line(proc: Mapping[str, object], *, dry_run: bool = False, live: boo
         code = f" {status}" if isinstance(status, int) else ""
         no_handler = proc.get("detail") in SIGTERM_DEATHS
         killer = f" (killed by {proc['exit_signal']})" if proc.get("exit_signal") and not no_handler else ""
-        how = f"{'gone: ' if live else ''}exited{code}{killer} after {_secs(after)}"
+        how = f"{'gone: ' if live else ''}exited{code}{killer} {_after(after)}"
     elif end == KILLED:
         gone = f", gone after {_secs(after)}" if _num(after) is not None else ""
         how = f"killed{gone}: it never left on its own (progress since its last checkpoint lost)"
     elif end == RELEASED:
-        how = f"released the device after {_secs(after)}, still running"
+        how = f"released the device {_after(after)}, still running"
     elif end == UNKNOWN:
         how = "how it ended is not known"
     else:
