@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from watchdog.core.drain_record import (
+    WOULD_DIE_OF_SIGTERM,
     Death,
     DrainRecord,
     End,
@@ -207,5 +208,29 @@ def test_a_rehearsal_s_process_is_still_running_never_after_a_sigkill() -> None:
     hang.signals += [SentSignal(15, 0.0, SignalResult.SENT), SentSignal(9, 300.0, SignalResult.SENT)]
     said = hang.describe(0.0, dry_run=True)
     assert "after SIGKILL" not in said  # nothing was sent
-    assert said.endswith("still running (a real drain would have SIGKILLed it)")
+    assert said.endswith(
+        "still running (a real drain would have SIGKILLed it, unless its SIGTERM made it leave first)"
+    )
     assert hang.public_end(dry_run=True).value == "still_running"
+
+
+def rehearsal() -> DrainRecord:
+    """A dry run timed out: one holder without a SIGTERM handler, one ignoring SIGTERM."""
+    record = DrainRecord(started=0.0, started_wall=1.7e9, deadline=300.0, on_timeout="kill", dry_run=True)
+    for pid, disposition in ((3, SigtermDisposition.DEFAULT), (4, SigtermDisposition.IGNORED)):
+        proc = ProcessRecord(ProcessIdentity(pid, 1), "job", ("/dev/accel0",), 0.0, sigterm=disposition)
+        proc.signals += [SentSignal(15, 0.0, SignalResult.SENT), SentSignal(9, 300.0, SignalResult.SENT)]
+        record.processes[proc.identity] = proc
+    record.outcome, record.ended = Outcome.TIMED_OUT, 301.0
+    return record
+
+
+def test_a_rehearsal_forecasts_each_process_by_its_sigterm_disposition_as_the_status_does() -> None:
+    """A process without a SIGTERM handler would not have been SIGKILLed: its SIGTERM would have killed it.
+    (`status` and `history` say the same: tests/store/test_drain_text.py.)"""
+    record = rehearsal()
+    line = record.one_line()
+    assert "1 would have died of SIGTERM's default action, 1 would have been killed" in line, line
+    default, ignored = (p.describe(0.0, dry_run=True) for p in record.processes.values())
+    assert default.endswith(f"still running ({WOULD_DIE_OF_SIGTERM})"), default
+    assert ignored.endswith("still running (SIGTERM ignored: a real drain would have SIGKILLed it)"), ignored

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.core.test_drain_record import rehearsal
 from tests.store.test_drain_entry import HOST, A, B, record
-from watchdog.core.drain_record import INFERRED_DEATH
+from watchdog.core.drain_record import (
+    INFERRED_DEATH,
+    WOULD_DIE_OF_SIGTERM,
+)
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.store.drain_entry import entry_from_record
-from watchdog.store.drain_text import block, one_line, totals
+from watchdog.store.drain_text import block, one_line, process_line, totals
 from watchdog.store.history import HISTORY_FILE, load_entries
 
 
@@ -102,3 +106,15 @@ def test_a_process_that_ended_before_the_restart_says_so_as_the_log_does() -> No
     assert "exited before the restart" in line, line
     assert "exited before the restart" in proc.describe(rec.started)  # the journal's line
     assert "after ?" not in line
+
+
+def test_a_rehearsal_s_process_reads_as_the_journal_forecasts_it() -> None:
+    rec = rehearsal()
+    entry = entry_from_record(rec, HOST)
+    shown = [process_line(p, dry_run=True) for p in entry["processes"]]  # type: ignore[attr-defined]
+    said = [p.describe(0.0, dry_run=True) for p in rec.processes.values()]
+    assert shown[0].endswith(f"still running ({WOULD_DIE_OF_SIGTERM})"), shown[0]
+    assert shown[1].endswith("still running (SIGTERM ignored: a real drain would have SIGKILLed it)")
+    assert [line.rsplit("still running", 1)[1] for line in shown] == [
+        line.rsplit("still running", 1)[1] for line in said
+    ]

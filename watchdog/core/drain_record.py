@@ -92,6 +92,18 @@ BEFORE_RESTART = "before the restart"  # when an earlier run sent a signal, or a
 REOPENED = " (reopened for a late arrival)"  # a drain a late arrival joined after it had ended
 
 
+def rehearsal_forecast(sigterm: SigtermDisposition | None, asked_with_sigterm: bool) -> str:
+    """A dry run's word on a process its ladder would have SIGKILLed (nothing was sent, so it ran on): what
+    a real drain would have done, from its SIGTERM disposition seen before the drain, as `drill` says it."""
+    if asked_with_sigterm and sigterm is SigtermDisposition.DEFAULT:
+        return WOULD_DIE_OF_SIGTERM
+    if asked_with_sigterm and sigterm is SigtermDisposition.IGNORED:
+        return "SIGTERM ignored: a real drain would have SIGKILLed it"
+    return "a real drain would have SIGKILLed it, unless its SIGTERM made it leave first"
+
+
+WOULD_DIE_OF_SIGTERM = "no SIGTERM handler: a real drain's SIGTERM would have killed it at once, unsaved"
+
 INFERRED_DEATH = (
     "died of SIGTERM's default action, inferred: its SIGTERM was at the default (no handler) when it was "
     "seen before the signal, so it saved no checkpoint (its exit status could not be read)"
@@ -166,6 +178,10 @@ class ProcessRecord:
             return Death.INFERRED
         return None
 
+    def forecast(self) -> str:
+        """In a dry run: what a real drain would have done to it (`rehearsal_forecast`)."""
+        return rehearsal_forecast(self.sigterm, any(s.signum == signal.SIGTERM for s in self.signals))
+
     def public_end(self, dry_run: bool = False) -> ProcessEnd:
         """Its end in the one vocabulary every surface shows (`ProcessEnd`): gone or reused before a
         signal counts as exited (it left on its own), protected as still running; in a dry run nothing was
@@ -229,7 +245,7 @@ class ProcessRecord:
         elif self.end is End.PROTECTED:
             parts.append("PID 1, the watchdog itself or a kernel thread: never signalled")
         elif dry_run and self.killed:
-            parts.append("still running (a real drain would have SIGKILLed it)")
+            parts.append(f"still running ({self.forecast()})")
         else:
             parts.append("still running")
         return "; ".join(parts)
@@ -306,6 +322,8 @@ class DrainRecord:
             end = p.public_end(self.dry_run)
             if end is ProcessEnd.EXITED and p.sigterm_death is not None:
                 what = "died of SIGTERM's default action"
+            elif self.dry_run and p.killed and p.forecast() == WOULD_DIE_OF_SIGTERM:
+                what = "would have died of SIGTERM's default action"
             elif self.dry_run and p.killed:
                 what = "would have been killed"
             else:
