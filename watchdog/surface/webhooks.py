@@ -28,6 +28,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -146,17 +147,16 @@ class WebhookSender:
     def close(self, timeout: float, why: str = "the daemon stopped before it was sent") -> bool:
         """Give queued notices up to `timeout` s to go out, then stop; True if none was left behind. A notice
         left behind is counted `stopped` and logged with `why`."""
-        deadline = threading.Event()
-        timer = threading.Timer(timeout, deadline.set)
-        timer.daemon = True
-        timer.start()
+        give_up = time.monotonic() + timeout
         try:
             for target in self.targets:
-                with target.wake:
-                    while (target.queue or target.busy) and target.thread and not deadline.is_set():
-                        target.wake.wait(0.05)
+                with target.wake:  # each delivery's end notifies it: woken then, never polled
+                    while (target.queue or target.busy) and target.thread:
+                        left = give_up - time.monotonic()
+                        if left <= 0:
+                            break
+                        target.wake.wait(left)
         finally:
-            timer.cancel()
             self._closing.set()
         left_behind = False
         for target in self.targets:
