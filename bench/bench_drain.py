@@ -30,6 +30,7 @@ from watchdog.core.vocabulary import Outcome
 from watchdog.daemon.drain_thread import DrainListener, run_drain
 from watchdog.host.holders import HolderScanner, ScanResult
 from watchdog.host.procfs import start_time
+from watchdog.store.records import Intent
 from watchdog.store.statefile import StateStore
 
 FANOUT = 500
@@ -97,7 +98,7 @@ def fanout(device: str, device_fd: int, state_dir: str | None = None) -> tuple[f
 
             def before_signals(self, wave: Sequence[tuple[ProcessIdentity, int]], _: DrainRecord) -> None:
                 if store is not None:
-                    store.record_intents([(i, signum, "sleep") for i, signum in wave])
+                    store.record_intents([Intent(i, signum, "sleep") for i, signum in wave])
                 if not marks:
                     marks.append(time.monotonic())
 

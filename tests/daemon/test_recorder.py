@@ -26,6 +26,7 @@ from watchdog.daemon.recorder import HistoryEntries
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.fake.vm_identity import TpuIdentity
 from watchdog.store.history import HISTORY_FILE, load_entries
+from watchdog.store.records import Intent
 from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
 
@@ -181,7 +182,7 @@ def test_a_drain_s_end_the_history_lost_is_written_from_the_state_file_at_start(
     assert drain is not None
     store.apply(store.lifecycle_change(life.events.values(), drain, None, on_timeout="kill"))
     recorder.seen(life)
-    store.record_intents([(ProcessIdentity(4_200_001, 7), "SIGTERM", "trainer")])
+    store.record_intents([Intent(ProcessIdentity(4_200_001, 7), "SIGTERM", "trainer")])
     life.drain_finished(Outcome.TIMED_OUT.value, now + 30)
     store.apply(store.lifecycle_change(
         life.events.values(), None, life.last_outcome, on_timeout="kill", ended=life.ended,

@@ -20,6 +20,7 @@ from tests.support.workloads import Workloads
 from watchdog.core.drain_record import Outcome
 from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.writeahead import StateWriter
+from watchdog.store.records import Intent
 from watchdog.store.statefile import StateStore
 
 
@@ -64,15 +65,17 @@ def test_a_wave_goes_once_its_file_is_in_place_or_when_the_wait_is_over(
     store = StateStore(str(state_dir), fsync=stuck.fsync)
     writer = StateWriter(store, changed=lambda: None)
     first, second, third = ProcessIdentity(100, 1), ProcessIdentity(200, 2), ProcessIdentity(300, 3)
-    assert writer.intents([(first, signal.SIGTERM, "train")], wait=30)  # renamed in: its fsync hangs
-    assert writer.intents([(second, signal.SIGTERM, "train")], wait=30)  # never behind that fsync
+    assert writer.intents([Intent(first, signal.SIGTERM, "train")], wait=30)  # renamed in: its fsync hangs
+    assert writer.intents([Intent(second, signal.SIGTERM, "train")], wait=30)  # never behind that fsync
     wait_for(lambda: stuck.calls > 0, what="the fsync, in a thread of its own")
     on_file = json.loads(Path(store.path).read_text())
     assert [s["pid"] for s in on_file["signals"]] == [first.pid, second.pid]
     # The loop's own write, stuck in its fsync, holds the store: the next wave waits only so long.
-    threading.Thread(target=store.record_intents, args=([(third, signal.SIGTERM, "x")],), daemon=True).start()
+    threading.Thread(
+        target=store.record_intents, args=([Intent(third, signal.SIGTERM, "x")],), daemon=True
+    ).start()
     wait_for(lambda: stuck.calls > 1, what="the loop's write, stuck")
-    assert not writer.intents([(third, signal.SIGKILL, "train")], wait=0.2)
+    assert not writer.intents([Intent(third, signal.SIGKILL, "train")], wait=0.2)
     assert not writer.flush(0.1)
 
 
@@ -86,11 +89,13 @@ def test_a_wave_whose_intents_are_on_file_goes_at_once_even_behind_a_stuck_write
     # fsync and holds the store, and the writer's thread waits behind it with what an earlier wave did.
     in_place = threading.Event()
     loop_write = threading.Thread(
-        target=store.record_intents, args=([(first, signal.SIGTERM, "train")], in_place.set), daemon=True
+        target=store.record_intents,
+        args=([Intent(first, signal.SIGTERM, "train")], in_place.set),
+        daemon=True,
     )
     loop_write.start()
     assert in_place.wait(10)
     wait_for(lambda: stuck.calls > 0, what="the loop's write, in place, stuck in its fsync")
     writer.sents([(other, signal.SIGTERM, "sent")])  # queued behind the stuck write
-    assert writer.intents([(first, signal.SIGTERM, "train")], wait=0.2)  # on file already: no wait
+    assert writer.intents([Intent(first, signal.SIGTERM, "train")], wait=0.2)  # on file already: no wait
     assert not writer.flush(0.1)  # the writer's thread is still stuck behind the loop's write

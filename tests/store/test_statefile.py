@@ -17,7 +17,7 @@ import pytest
 
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.store.records import SavedState, SignalRecord
+from watchdog.store.records import Intent, SavedState, SignalRecord
 from watchdog.store.statefile import STATE_FILE, StateDirError, StateStore, read_boot_id
 
 BOOT = "6a1d0c52-0000-4000-8000-000000000001"
@@ -135,8 +135,8 @@ def test_a_new_drains_first_wave_is_written_with_its_state_in_one_write(tmp_path
     s._write = lambda state, written=None, durable=True: (writes.append(state), real(state, written, durable))  # type: ignore[method-assign]
     event = Event("ev-2", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 500.0, deadline=800.0)
     s.save_lifecycle([event], ActiveDrain(["ev-2"], 500.0, 800.0), None, on_timeout="kill",
-                     intents=[(TERM, "SIGTERM", "trainer")])  # fmt: skip
-    s.record_intents([(TERM, signal.SIGTERM, "trainer")])  # the drain's own write-ahead: nothing new
+                     intents=[Intent(TERM, "SIGTERM", "trainer")])  # fmt: skip
+    s.record_intents([Intent(TERM, signal.SIGTERM, "trainer")])  # the drain's own write-ahead: nothing new
     assert len(writes) == 1
     (intent,) = store(tmp_path).state.signals
     assert (intent.identity, intent.signal, intent.name, intent.sent_at) == (TERM, "SIGTERM", "trainer", None)
@@ -152,13 +152,13 @@ def test_a_first_wave_may_be_signalled_once_in_place_before_its_fsyncs_without_w
     def written() -> None:  # called with the write's lock held, its fsyncs still to come
         on_file.extend(store(tmp_path).state.signals)  # what a daemon started now would read
         # The drain thread's own write-ahead for this wave: nothing new, so no wait for that lock.
-        intents = [(TERM, signal.SIGTERM, "trainer")]
+        intents = [Intent(TERM, signal.SIGTERM, "trainer")]
         threading.Thread(target=lambda: (s.record_intents(intents), returned.set()), daemon=True).start()
         assert returned.wait(10), "record_intents waited for the lock of a write it had nothing to add to"
 
     event = Event("ev-2", "maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", 500.0, deadline=800.0)
     s.save_lifecycle([event], ActiveDrain(["ev-2"], 500.0, 800.0), None, on_timeout="kill",
-                     intents=[(TERM, "SIGTERM", "trainer")], written=written)  # fmt: skip
+                     intents=[Intent(TERM, "SIGTERM", "trainer")], written=written)  # fmt: skip
     assert [(r.identity, r.signal, r.sent_at) for r in on_file] == [(TERM, "SIGTERM", None)]
     assert store(tmp_path).state == s.state
 

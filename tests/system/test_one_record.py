@@ -15,7 +15,9 @@ from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
 from tests.support.workloads import Workloads
 from watchdog.core.clock import parse_utc_text
+from watchdog.core.drain_record import INFERRED_DEATH
 from watchdog.fake.server import FakeMetadataServer
+from watchdog.store.drain_text import totals
 from watchdog.store.history import HISTORY_FILE, load_entries
 from watchdog.surface.logs import KIND
 
@@ -98,3 +100,29 @@ def test_the_holder_gauge_and_status_follow_the_drain_s_scans(
         assert harness.state == "draining"
         pids = {h["pid"] for h in harness.daemon.view.status()["holders"]}
         assert pids == {stays.popen.pid, late.popen.pid}
+
+
+def test_a_holder_that_died_of_sigterm_before_a_restart_is_still_told_as_unsaved(
+    fake: FakeMetadataServer, workloads: Workloads, tmp_path: Path
+) -> None:
+    """Its exit came while the first run drained or was stopping: the run that ends the drain never saw
+    it. The SIGTERM disposition written ahead with the intent still tells that it had no handler, so the
+    history says it died of SIGTERM's default action (no checkpoint), not that it exited on SIGTERM."""
+    unsaved = workloads.start("default")  # no handler: SIGTERM's default action kills it at once
+    stays = workloads.start("report")  # keeps the drain open across the restart
+    state_dir = tmp_path / "state"
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=4.0) as first:
+        fake.set(MAINTENANCE, TERMINATE)
+        stays.expect("term")
+        assert unsaved.popen.wait(timeout=10) == -signal.SIGTERM
+        assert first.state == "draining"
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=4.0) as again:
+        assert stays.popen.wait(timeout=15) == -signal.SIGKILL
+        again.wait_state("timed_out")
+        record = again.daemon.last_record
+    (entry,) = [e for e in load_entries(str(state_dir / HISTORY_FILE)) if e["outcome"]]
+    [shown] = [p for p in entry["processes"] if p["pid"] == unsaved.popen.pid]  # type: ignore[union-attr]
+    assert (shown["end"], shown["sigterm"], shown["detail"]) == ("exited", "default", INFERRED_DEATH)
+    assert "1 died of SIGTERM's default action (no checkpoint)" in totals(entry)
+    assert record is not None
+    assert "1 died of SIGTERM's default action" in record.one_line()  # the journal's line

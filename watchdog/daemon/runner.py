@@ -49,7 +49,7 @@ from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
 from watchdog.host.exits import Wakeup
 from watchdog.host.procfs import start_time
-from watchdog.store.records import SignalRecord
+from watchdog.store.records import Intent, SignalRecord
 from watchdog.store.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
@@ -121,11 +121,13 @@ class DrainOrder:
         if self.plan.deadline is None:
             raise ValueError("a drain order's plan has its deadline (absolute), not a grace")
 
-    def first_intents(self) -> list[tuple[ProcessIdentity, int | str, str]]:
+    def first_intents(self) -> list[Intent]:
         """The intents of its first wave, which go in the write of the drain's own state: one write before
         the wave (only while newcomers are admitted: else the drain decides, and writes its own)."""
         ask, already = self.plan.ladder.ask.name, self.plan.already_signalled
-        return [(h.identity, ask, h.name) for h in self.first_wave if h.identity not in already]
+        return [
+            Intent(h.identity, ask, h.name, h.sigterm) for h in self.first_wave if h.identity not in already
+        ]
 
 
 class DrainRunner(DrainListener):
@@ -332,7 +334,7 @@ class DrainRunner(DrainListener):
 
     def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
         """Write-ahead for a wave of signals: one write, after the drain's own state (the writer's queue)."""
-        if not self.writer.intents([(i, signum, _name(record, i)) for i, signum in intents]):
+        if not self.writer.intents([_intent(record, i, signum) for i, signum in intents]):
             with self.outputs.guarded(Output.LOG):
                 log.error("the state file was not written within %.1f s; signalling anyway", WRITE_AHEAD_WAIT)
 
@@ -407,8 +409,16 @@ def earlier_processes(
             proc.signals.append(SentSignal(int(signal.Signals[r.signal]), at, result))
         proc.end = End.RELEASED if running else End.EXITED
         proc.exit_status = None if running else UNKNOWN_EXIT
+        # Its disposition as written ahead: one that had none (SIGTERM at its default) died of it, unsaved.
+        proc.sigterm = next((r.sigterm for r in records if r.sigterm is not None), None)
         found.append(proc)
     return tuple(found)
+
+
+def _intent(record: DrainRecord, identity: ProcessIdentity, signum: int) -> Intent:
+    """The write-ahead of `signum` to `identity`, with what the record knows of it (name, disposition)."""
+    proc = record.processes.get(identity)
+    return Intent(identity, signum, proc.name if proc else "", proc.sigterm if proc else None)
 
 
 def _name(record: DrainRecord, identity: ProcessIdentity) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from watchdog.core.process import ProcessIdentity
 from watchdog.store.coalesced import Coalesced
-from watchdog.store.records import SavedState
+from watchdog.store.records import Intent, SavedState
 from watchdog.store.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
@@ -45,14 +45,12 @@ class StateWriter:
         self._running = False
         self._syncer = Coalesced(store.sync, "state-syncer", "making the state file durable")
 
-    def intents(
-        self, intents: Sequence[tuple[ProcessIdentity, int, str]], wait: float = WRITE_AHEAD_WAIT
-    ) -> bool:
-        """Write `intents` (identity, signal, name) ahead; True once the file is in place, False when
+    def intents(self, intents: Sequence[Intent], wait: float = WRITE_AHEAD_WAIT) -> bool:
+        """Write `intents` ahead; True once the file is in place, False when
         `wait` s passed first (the write goes on in the thread). Intents all on file already (a first wave,
         written with its drain's own state) cost nothing: no write, no thread, no wait."""
         state = self._store.state
-        if all(state.find(identity, signum) is not None for identity, signum, _ in intents):
+        if all(state.find(i.identity, i.signal) is not None for i in intents):
             return True
         written = threading.Event()
 

@@ -12,11 +12,19 @@ import math
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.text import valid_text
-from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, ON_TIMEOUT, DaemonState, OnTimeout, as_on_timeout
+from watchdog.core.vocabulary import (
+    DEFAULT_ON_TIMEOUT,
+    ON_TIMEOUT,
+    DaemonState,
+    OnTimeout,
+    SigtermDisposition,
+    as_on_timeout,
+)
 
 FORMAT = "tpu-watchdog-state"
 VERSION = 1
@@ -169,6 +177,16 @@ def drain_from_json(data: object, where: str = "drain") -> tuple[ActiveDrain, On
     return ActiveDrain(list(ids), started, deadline, late=late, drain_id=drain_id), on_timeout
 
 
+class Intent(NamedTuple):
+    """A signal about to go to a process, written ahead: who, which, its name, and its SIGTERM disposition
+    as last seen (so a restart that finds it gone can still tell whether it died of SIGTERM unsaved)."""
+
+    identity: ProcessIdentity
+    signal: int | str
+    name: str = ""
+    sigterm: SigtermDisposition | None = None
+
+
 @dataclass(frozen=True)
 class SignalRecord:
     """One signal to one process, written before it is sent (`sent_at` None: it may or may not have gone)."""
@@ -179,6 +197,7 @@ class SignalRecord:
     intent_at: float
     sent_at: float | None = None
     result: str | None = None  # a SignalResult value once known
+    sigterm: SigtermDisposition | None = None  # the process's SIGTERM disposition when the intent was written
 
     @property
     def confirmed(self) -> bool:
@@ -193,6 +212,7 @@ class SignalRecord:
             "intent_at": self.intent_at,
             "sent_at": self.sent_at,
             "result": self.result,
+            "sigterm": None if self.sigterm is None else self.sigterm.value,
         }
 
     @classmethod
@@ -202,9 +222,13 @@ class SignalRecord:
         if result is not None and not isinstance(result, str):
             raise StateFormatError(f"{where}.result: expected a string or null, got {result!r:.60}")
         identity = ProcessIdentity(r.integer("pid", minimum=1), r.integer("start_time"))
+        sigterm = r.data.get("sigterm")  # absent in a file of an older version
+        if sigterm is not None and not isinstance(sigterm, str):
+            raise StateFormatError(f"{where}.sigterm: expected a string or null, got {sigterm!r:.60}")
+        known = {d.value: d for d in SigtermDisposition}
         return cls(
             identity, r.string("name", empty=True), r.signal("signal"), r.time("intent_at"),
-            r.optional_time("sent_at"), result,
+            r.optional_time("sent_at"), result, known.get(sigterm) if sigterm else None,
         )  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, OnTimeout
 from watchdog.store.files import link_unique, read_regular, unlink_quietly
-from watchdog.store.records import SavedState, SignalRecord, StateFormatError, plain, signal_name
+from watchdog.store.records import Intent, SavedState, SignalRecord, StateFormatError, plain, signal_name
 
 STATE_FILE = "state.json"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -135,7 +135,7 @@ class StateStore:
         last_outcome: str | None,
         *,
         on_timeout: OnTimeout,
-        intents: Iterable[tuple[ProcessIdentity, int | str, str]] = (),
+        intents: Iterable[Intent] = (),
         last_dry_run: bool = False,
         written: Callable[[], None] | None = None,
         durable: bool = True,
@@ -168,7 +168,7 @@ class StateStore:
         last_outcome: str | None,
         *,
         on_timeout: OnTimeout,
-        intents: Iterable[tuple[ProcessIdentity, int | str, str]] = (),
+        intents: Iterable[Intent] = (),
         last_dry_run: bool = False,
         ended: ActiveDrain | None = None,
         ended_at: float | None = None,
@@ -207,25 +207,25 @@ class StateStore:
 
     def record_intent(self, identity: ProcessIdentity, signal: int | str, *, name: str = "") -> SignalRecord:
         """On disk before the signal is sent. A repeat call (same process and signal) keeps the first."""
-        self.record_intents([(identity, signal, name)])
+        self.record_intents([Intent(identity, signal, name)])
         record = self._state.find(identity, signal)
         assert record is not None  # noqa: S101 - just recorded (in memory even if the write failed)
         return record
 
     def record_intents(
         self,
-        intents: Iterable[tuple[ProcessIdentity, int | str, str]],
+        intents: Iterable[Intent],
         written: Callable[[], None] | None = None,
         durable: bool = True,
     ) -> None:
-        """Several intents (identity, signal, process name) in one write, all on disk before any is sent:
+        """Several intents in one write, all on disk before any is sent:
         a drain's first wave to many holders costs one fsync, not one per holder. Intents all on file
         already (a first wave, saved with its drain) cost nothing: not even a wait for the lock, which that
         write holds while it is made durable (`save_lifecycle`'s `written`). `written`, as there: called
         once the file is in place (or nothing needed writing), before its fsyncs. `durable=False`: no
         fsyncs at all; `sync()` makes it durable later (daemon/writeahead.py, off the signal path)."""
         intents = list(intents)
-        if not all(self._state.find(identity, signal) is not None for identity, signal, _ in intents):
+        if not all(self._state.find(i.identity, i.signal) is not None for i in intents):
             with self._lock:
                 state = _with_intents(self._state, intents, self.clock.wall())
                 if state is not self._state:
@@ -424,11 +424,10 @@ class StateStore:
             unlink_quietly(old)
 
 
-def _with_intents(
-    state: SavedState, intents: Iterable[tuple[ProcessIdentity, int | str, str]], now: float
-) -> SavedState:
-    """`state` with an intent for each (identity, signal, name) not on file yet; the same object if none."""
-    for identity, signal, name in intents:
-        if state.find(identity, signal) is None:
-            state = state.with_signal(SignalRecord(identity, name, signal_name(signal), now))
+def _with_intents(state: SavedState, intents: Iterable[Intent], now: float) -> SavedState:
+    """`state` with a record of each intent not on file yet; the same object if none."""
+    for i in intents:
+        if state.find(i.identity, i.signal) is None:
+            record = SignalRecord(i.identity, i.name, signal_name(i.signal), now, sigterm=i.sigterm)
+            state = state.with_signal(record)
     return state
