@@ -10,11 +10,19 @@ import pytest
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import WebhookReceiver
 from watchdog.core.clock import SystemClock
-from watchdog.core.drain_record import DrainRecord, End, ExitStatus, ProcessRecord, SentSignal, SignalResult
+from watchdog.core.drain_record import (
+    INFERRED_DEATH,
+    DrainRecord,
+    End,
+    ExitStatus,
+    ProcessRecord,
+    SentSignal,
+    SignalResult,
+)
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.core.vocabulary import Outcome
+from watchdog.core.vocabulary import Outcome, SigtermDisposition
 from watchdog.core.workload import Workload
 from watchdog.daemon import notices
 from watchdog.daemon.notices import Notices
@@ -56,12 +64,14 @@ def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
         (7, "train", [signal.SIGTERM], End.EXITED, ExitStatus(code=0)),
         (8, "stuck", [signal.SIGTERM, signal.SIGKILL], End.EXITED, ExitStatus()),
         (9, "loader", [signal.SIGTERM], End.RELEASED, None),
+        (10, "nohandler", [signal.SIGTERM], End.EXITED, ExitStatus()),
     ]:
         identity = ProcessIdentity(pid, 1000 + pid)
         record.processes[identity] = ProcessRecord(
             identity, name, ("/dev/accel0",), 100.0, [SentSignal(s, 100.0, sent) for s in signals],
             end, 200.0, status,
         )  # fmt: skip
+    record.processes[ProcessIdentity(10, 1010)].sigterm = SigtermDisposition.DEFAULT
     with WebhookReceiver(statuses=[]) as receiver:
         sender = WebhookSender([receiver.url], backoff=0.01)
         Notices(sender, dict, SystemClock(), dry_run=False).drain_finished(
@@ -79,7 +89,12 @@ def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
         (7, ["SIGTERM"], "exited", 0, None),
         (8, ["SIGTERM", "SIGKILL"], "killed", None, None),
         (9, ["SIGTERM"], "released", None, None),
+        (10, ["SIGTERM"], "exited", None, None),
     ]
+    # Why it ended as the history says it (no SIGTERM handler: unsaved), and which process it was.
+    told = {p["pid"]: p for p in body["processes"]}
+    assert told[10]["detail"] == INFERRED_DEATH
+    assert (told[7]["start_time"], told[7]["late_arrival"], told[7]["detail"]) == (1007, False, None)
     assert body["text"].endswith("; killed: pid 8 (stuck)")
 
 
@@ -96,7 +111,8 @@ def test_who_was_killed_names_each_one_s_pod_or_unit() -> None:
     assert notices.who_was_killed(record) == (
         "pid 8 (python3, pod ml/trainer-0), pid 9 (python3, unit train.service), pid 10 (python3)"
     )
-    assert notices.process_summary(record.processes[ProcessIdentity(8, 1008)])["workload"] == pod.to_dict()
+    told = {p["pid"]: p for p in notices.processes_told(record)}
+    assert told[8]["workload"] == pod.to_dict()
 
 
 def test_a_replaced_sender_gives_up_within_its_time_and_says_why(

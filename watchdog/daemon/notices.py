@@ -20,12 +20,12 @@ import threading
 from collections.abc import Callable, Mapping
 
 from watchdog.core.clock import Clock, time_left, utc_time
-from watchdog.core.drain_record import DrainRecord, ProcessRecord, SignalResult
+from watchdog.core.drain_record import DrainRecord, ProcessRecord
 from watchdog.core.identity import host_fields
-from watchdog.core.ladder import signal_name
 from watchdog.core.lifecycle import Event, EventCleared, EventStarted, Lifecycle
 from watchdog.core.moments import RESUMED, RETRY, DrainEnded, DrainStarted, Moment
 from watchdog.core.vocabulary import Output, WatchedKey
+from watchdog.store.drain_entry import entry_from_record
 from watchdog.surface.webhooks import WebhookSender
 
 RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (4 tries: 7 s of backoff)
@@ -111,7 +111,7 @@ class Notices:
             started=_time(record.started_wall),
             ended=_time(record.wall(record.ended) if record.ended is not None else None),
             duration=None if record.ended is None else round(record.ended - record.started, 3),
-            processes=[process_summary(p, record.dry_run) for p in record.processes.values()],
+            processes=processes_told(record),
         )  # fmt: skip
 
     def event_cleared(self, event: Event) -> None:
@@ -148,22 +148,19 @@ def _who(p: ProcessRecord) -> str:
     return f"{p.name or 'name unknown'}, {words}" if words else p.name or "name unknown"
 
 
-def process_summary(p: ProcessRecord, dry_run: bool = False) -> dict[str, object]:
-    """One process of a drain for a receiver: who, which signals went out, how it ended, in the history's
-    words and types (`end` a `ProcessEnd`, `exit_status` the exit code, `exit_signal` the killing signal).
-    """
-    status = p.exit_status
-    sent = [signal_name(s.signum) for s in p.signals if s.result is SignalResult.SENT]
-    return {
-        "pid": p.identity.pid,
-        "name": p.name,
-        "signals": [] if dry_run else sent,  # a rehearsal sends nothing: what it would have, apart
-        "would_send": sent if dry_run else [],
-        "end": p.public_end(dry_run).value,
-        "exit_status": status.code if status else None,
-        "exit_signal": status.signal_name if status else None,
-        "workload": p.workload.to_dict() if p.workload else None,  # its unit, container, pod: who to page
-    }
+# What a receiver gets of each process: the history entry's own fields (store/drain_entry.py renders both),
+# without the times and devices a page does not need.
+TOLD_FIELDS = ("pid", "start_time", "name", "signals", "would_send", "end", "exit_status", "exit_signal",
+               "late_arrival", "detail", "workload")  # fmt: skip
+
+
+def processes_told(record: DrainRecord) -> list[dict[str, object]]:
+    """Each process of a drain for a receiver: who, which signals went out (a rehearsal's apart, in
+    `would_send`), how it ended and why (`detail`: no SIGTERM handler...), its unit, container or pod (who to
+    page), in the history's words and types, rendered by the history's own renderer."""
+    processes = entry_from_record(record, {})["processes"]
+    assert isinstance(processes, list)  # noqa: S101 - entry_from_record's own shape
+    return [{field: p[field] for field in TOLD_FIELDS} for p in processes]
 
 
 def _host_words(host: Mapping[str, str]) -> str:
