@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.failing_logs import every_line_raising
+from tests.support.simclock import SimulatedClock
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.vocabulary import Output
@@ -118,3 +119,21 @@ def test_a_failed_refresh_whose_line_raises_is_counted_and_the_refreshes_go_on(
     )
     assert errors is not None
     assert errors >= 1
+
+
+def test_the_refreshes_fall_between_the_watches_answers(
+    workloads: Workloads, stop: threading.Event, outputs: Outputs
+) -> None:
+    """The hanging GETs answer every interval from the start, all at once; the refreshes come half an
+    interval after them (at once, then 1.5 intervals later, then every interval), so an idle daemon's
+    threads do not all wake, and contend for the GIL, at the same instant."""
+    clock = SimulatedClock()
+    began = clock.monotonic()
+    at: list[float] = []
+    index = HolderIndex(
+        OwnScanner(workloads), lambda _: at.append(clock.monotonic() - began), lambda: False, stop,
+        interval=60.0, outputs=outputs, clock=clock,
+    )  # fmt: skip
+    index.start()
+    wait_for(lambda: len(at) >= 4, what="four refreshes")
+    assert at[:4] == [0.0, 90.0, 150.0, 210.0]
