@@ -125,7 +125,7 @@ def test_the_refreshes_fall_between_the_watches_answers(
     workloads: Workloads, stop: threading.Event, outputs: Outputs
 ) -> None:
     """The hanging GETs answer every interval from the start, all at once; the refreshes come half an
-    interval after them (at once, then 1.5 intervals later, then every interval), so an idle daemon's
+    interval after them (at once, then half an interval later, then every interval), so an idle daemon's
     threads do not all wake, and contend for the GIL, at the same instant."""
     clock = SimulatedClock()
     began = clock.monotonic()
@@ -136,4 +136,4 @@ def test_the_refreshes_fall_between_the_watches_answers(
     )  # fmt: skip
     index.start()
     wait_for(lambda: len(at) >= 4, what="four refreshes")
-    assert at[:4] == [0.0, 90.0, 150.0, 210.0]
+    assert at[:4] == [0.0, 30.0, 90.0, 150.0]

@@ -73,13 +73,13 @@ class HolderIndex:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        # The first refresh at once (woken); the second 1.5 intervals later, then every interval: the
+        # The first refresh at once (woken); the second half an interval later, then every interval: the
         # refreshes fall half an interval after the hanging GETs' answers (every 60 s from the start, all
         # three at once), so an idle daemon's threads do not all wake at one instant and contend for the
         # GIL, switching contexts at each hand-over (`python -m bench idle` counts them).
         waits = 0
         while not self._stop.is_set():
-            self._clock.wait(self._interval * (1.5 if waits == 1 else 1.0), self._wake.wait)
+            self._clock.wait(self._interval * (0.5 if waits == 1 else 1.0), self._wake.wait)
             waits += 1
             self._wake.clear()
             if self._stop.is_set():
