@@ -40,6 +40,12 @@ class SigtermDisposition(str, enum.Enum):
     DEFAULT = "default"  # the kernel's default action: it dies at once, nothing saved
 
 
+def disposition_of(text: object) -> SigtermDisposition | None:
+    """A disposition as a file gives it (the state file, a history entry): None when absent, or a word
+    this version does not know (a newer version's), never an error."""
+    return next((d for d in SigtermDisposition if d.value == text), None)
+
+
 # Why a holder's disposition is None: said by `readiness` and `drill` alike.
 SIGTERM_UNKNOWN = "/proc/PID/status did not show its signal masks (run as root?)"
 

@@ -38,9 +38,9 @@ class HoldersScanned:
 
 
 class HolderIndex:
-    """Scans at start, then every `interval` s, out of step with the watches (and soon after `refresh_soon`)
-    unless `paused()`; `publish(scan)` after
-    each scan that finished while still not paused (the loop's inbox: the loop alone keeps the index)."""
+    """Scans at start, then every `interval` s out of step with the watches (and soon after `refresh_soon`)
+    unless `paused()`; `publish(scan)` after each scan that finished while still not paused (the loop's
+    inbox: the loop alone keeps the index)."""
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from watchdog.core.drain_record import BEFORE_RESTART, rehearsal_forecast
 from watchdog.core.ladder import KILL_NAME
-from watchdog.core.vocabulary import SigtermDisposition
+from watchdog.core.vocabulary import disposition_of
 from watchdog.core.workload import words_of
 from watchdog.store.drain_entry import EXITED, KILLED, RELEASED, SIGTERM_DEATHS, STILL_RUNNING, UNKNOWN
 
@@ -21,14 +21,6 @@ Entry = Mapping[str, object]
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _disposition(proc: Mapping[str, object]) -> SigtermDisposition | None:
-    """The SIGTERM disposition on file (None: unknown, or a value this version does not know)."""
-    try:
-        return SigtermDisposition(proc.get("sigterm"))
-    except ValueError:
-        return None
 
 
 def _after(value: object) -> str:
@@ -130,7 +122,8 @@ def process_line(proc: Mapping[str, object], *, dry_run: bool = False, live: boo
     if end == STILL_RUNNING:
         how = "running" if live else "still running"
         if dry_run and KILL_NAME in names:  # what a real drain would have done, as the journal says it
-            how += f" ({rehearsal_forecast(_disposition(proc), signal.SIGTERM.name in names)})"
+            forecast = rehearsal_forecast(disposition_of(proc.get("sigterm")), signal.SIGTERM.name in names)
+            how += f" ({forecast})"
     elif end == EXITED:
         status = proc.get("exit_status")
         code = f" {status}" if isinstance(status, int) else ""

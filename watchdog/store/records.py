@@ -24,6 +24,7 @@ from watchdog.core.vocabulary import (
     OnTimeout,
     SigtermDisposition,
     as_on_timeout,
+    disposition_of,
 )
 
 FORMAT = "tpu-watchdog-state"
@@ -225,10 +226,9 @@ class SignalRecord:
         sigterm = r.data.get("sigterm")  # absent in a file of an older version
         if sigterm is not None and not isinstance(sigterm, str):
             raise StateFormatError(f"{where}.sigterm: expected a string or null, got {sigterm!r:.60}")
-        known = {d.value: d for d in SigtermDisposition}
         return cls(
             identity, r.string("name", empty=True), r.signal("signal"), r.time("intent_at"),
-            r.optional_time("sent_at"), result, known.get(sigterm) if sigterm else None,
+            r.optional_time("sent_at"), result, disposition_of(sigterm),
         )  # fmt: skip
 
 
