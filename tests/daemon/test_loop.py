@@ -291,9 +291,9 @@ def test_a_drain_starts_only_after_the_write_of_its_own_state_is_queued(
         daemon, steps = harness.daemon, []
         save, start = daemon.runner.writer.save, daemon.runner.start
 
-        def saving(change: object) -> None:
+        def saving(change: object, intents: object = ()) -> None:
             steps.append("save")
-            save(change)  # type: ignore[arg-type]
+            save(change, intents)  # type: ignore[arg-type]
 
         def starting(order: object) -> None:
             steps.append("start")

@@ -20,7 +20,7 @@ from tests.support.workloads import Workloads
 from watchdog.core.drain_record import Outcome
 from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.writeahead import StateWriter
-from watchdog.store.records import Intent
+from watchdog.store.records import Intent, SavedState
 from watchdog.store.statefile import StateStore
 
 
@@ -99,3 +99,74 @@ def test_a_wave_whose_intents_are_on_file_goes_at_once_even_behind_a_stuck_write
     writer.sents([(other, signal.SIGTERM, "sent")])  # queued behind the stuck write
     assert writer.intents([Intent(first, signal.SIGTERM, "train")], wait=0.2)  # on file already: no wait
     assert not writer.flush(0.1)  # the writer's thread is still stuck behind the loop's write
+
+
+class BusyWriter:
+    """Holds the writer's thread in an earlier write until `free()`: what is queued after it waits."""
+
+    def __init__(self, writer: StateWriter) -> None:
+        self.busy, self.freed = threading.Event(), threading.Event()
+        writer.save(self._earlier)
+        assert self.busy.wait(10)
+
+    def _earlier(self, state: SavedState) -> SavedState:
+        self.busy.set()
+        self.freed.wait(30)
+        return state
+
+    def free(self) -> None:
+        self.freed.set()
+
+
+def ask_for_wave(writer: StateWriter, intent: Intent) -> tuple[threading.Thread, list[bool]]:
+    """The drain's write-ahead for `intent`, in a thread of its own (as the drain's)."""
+    wave: list[bool] = []
+    asked = threading.Thread(target=lambda: wave.append(writer.intents([intent], wait=30)), daemon=True)
+    asked.start()
+    asked.join(0.2)
+    assert wave == [], "the wave went before the write that carries its intent"
+    return asked, wave
+
+
+def test_a_first_wave_waits_for_its_drains_save_and_writes_nothing_more(state_dir: Path) -> None:
+    store = StateStore(str(state_dir), fsync=lambda fd: None)
+    writer = StateWriter(store, changed=lambda: None)
+    more: list[object] = []
+    record_intents = store.record_intents
+
+    def counted(*args: object, **kwargs: object) -> None:
+        more.append(args)
+        record_intents(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.record_intents = counted  # type: ignore[method-assign]
+    first = ProcessIdentity(100, 1)
+    intent = Intent(first, signal.SIGTERM, "train")
+    # The writer's thread is busy with an earlier write; the loop then queues its drain's save, which
+    # carries the first wave's intent, and the drain asks for that intent before the save is written.
+    busy = BusyWriter(writer)
+    change = store.lifecycle_change((), None, None, on_timeout=store.state.on_timeout, intents=[intent])
+    writer.save(change, [intent])
+    asked, wave = ask_for_wave(writer, intent)
+    busy.free()
+    asked.join(30)
+    assert wave == [True]
+    assert store.state.find(first, signal.SIGTERM) is not None
+    assert writer.flush(10)
+    assert more == [], "the wave wrote its intent again after the save that carried it"
+
+
+def test_a_failed_save_does_not_hold_back_the_wave_it_carried(state_dir: Path) -> None:
+    store = StateStore(str(state_dir), fsync=lambda fd: None)
+    writer = StateWriter(store, changed=lambda: None)
+    intent = Intent(ProcessIdentity(100, 1), signal.SIGTERM, "train")
+
+    def broken(state: SavedState) -> SavedState:
+        raise OSError("no space left on device")
+
+    busy = BusyWriter(writer)
+    writer.save(broken, [intent])
+    asked, _ = ask_for_wave(writer, intent)
+    busy.free()
+    asked.join(10)
+    assert not asked.is_alive(), "the wave waited out its 30 s after the save carrying it failed"
+    assert writer.flush(10)

@@ -345,11 +345,11 @@ class Daemon:
         fsyncs run in the writer's thread: a hung disk never stops the loop hearing the next event."""
         self._refresh_admission()
         life = self.lifecycle
+        intents = [i for order in orders for i in order.first_intents()] if self.runner.admit else []
         self.runner.writer.save(self.store.lifecycle_change(
             life.events.values(), life.drain, life.last_outcome, on_timeout=self.config.on_timeout,
-            intents=[i for order in orders for i in order.first_intents()] if self.runner.admit else [],
-            last_dry_run=life.rehearsed, ended=life.ended, ended_at=life.ended_at,
-        ))  # fmt: skip
+            intents=intents, last_dry_run=life.rehearsed, ended=life.ended, ended_at=life.ended_at,
+        ), intents)  # fmt: skip
         self.reloader.settle(self)  # a reloaded policy waits for the event in progress to end
 
     def _resume(self) -> None:

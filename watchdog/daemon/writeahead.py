@@ -6,10 +6,12 @@ were asked for: a drain is started after the write of its own state is queued, s
 before any of its signals, with no handshake between the two threads.
 
 A wave's intents (`intents`) are written ahead: the wave waits until the new file is in place (renamed into
-the state directory, in the page cache), at most `WRITE_AHEAD_WAIT`. What became of the signals (`sents`)
-is queued and never waited for. One thread and one queue: the writes keep their order. The fsyncs run in a
-second thread (`StateStore.sync`, after the writes, coalesced), so that the next wave's write never waits
-for the last one's fsync. Each thread runs while it has something to do: an idle daemon has neither.
+the state directory, in the page cache), at most `WRITE_AHEAD_WAIT`. A first wave's intents ride in the loop's
+save of its drain (`save(change, intents)`): the wave waits for that write, never a second one. What became of
+the signals (`sents`) is queued and never waited for. One thread and one queue: the writes keep their order.
+The fsyncs run in a second thread (`StateStore.sync`, after the writes, coalesced), so that the next wave's
+write never waits for the last one's fsync. Each thread runs while it has something to do: an idle daemon has
+neither.
 
 What a stuck disk costs: a file in the page cache only is lost with the host if the host dies, and so are
 the processes it names (a state file of another boot is set aside). Past the bound the wave goes out with
@@ -23,11 +25,12 @@ import collections
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from watchdog.core.process import ProcessIdentity
 from watchdog.store.coalesced import Coalesced
-from watchdog.store.records import Intent, SavedState
+from watchdog.store.records import Intent, SavedState, signal_name
 from watchdog.store.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
@@ -43,6 +46,7 @@ class StateWriter:
         self._jobs: collections.deque[Callable[[], None]] = collections.deque()
         self._lock = threading.Lock()
         self._running = False
+        self._queued: dict[tuple[ProcessIdentity, str], threading.Event] = {}  # intents in a queued save
         self._syncer = Coalesced(store.sync, "state-syncer", "making the state file durable")
 
     def intents(self, intents: Sequence[Intent], wait: float = WRITE_AHEAD_WAIT) -> bool:
@@ -50,8 +54,15 @@ class StateWriter:
         `wait` s passed first (the write goes on in the thread). Intents all on file already (a first wave,
         written with its drain's own state) cost nothing: no write, no thread, no wait."""
         state = self._store.state
-        if all(state.find(i.identity, i.signal) is not None for i in intents):
+        missing = [i for i in intents if state.find(i.identity, i.signal) is None]
+        if not missing:
             return True
+        with self._lock:
+            queued = [self._queued.get(_key(i)) for i in missing]
+        if all(queued):  # each in a save still queued: wait for those writes, not one more
+            until = time.monotonic() + wait
+            saves = {id(e): e for e in queued if e is not None}.values()
+            return all(done.wait(max(0.0, until - time.monotonic())) for done in saves)
         written = threading.Event()
 
         def job() -> None:
@@ -63,9 +74,27 @@ class StateWriter:
         self._submit(job)
         return written.wait(wait)
 
-    def save(self, change: Callable[[SavedState], SavedState]) -> None:
-        """Queue the loop's write of its lifecycle (`StateStore.lifecycle_change`), never waited for."""
-        self._submit(lambda: self._store.apply(change, durable=False))
+    def save(self, change: Callable[[SavedState], SavedState], intents: Sequence[Intent] = ()) -> None:
+        """Queue the loop's write of its lifecycle (`StateStore.lifecycle_change`), never waited for by the
+        loop. `intents`: the ones `change` writes (a new drain's first wave), which that wave waits for."""
+        if not intents:
+            self._submit(lambda: self._store.apply(change, durable=False))
+            return
+        written, keys = threading.Event(), [_key(i) for i in intents]
+
+        def job() -> None:
+            try:
+                self._store.apply(change, durable=False)
+            finally:
+                with self._lock:
+                    for key in keys:
+                        if self._queued.get(key) is written:
+                            del self._queued[key]
+                written.set()
+
+        with self._lock:
+            self._queued.update(dict.fromkeys(keys, written))
+        self._submit(job)
 
     def sents(self, sent: Sequence[tuple[ProcessIdentity, int, str]]) -> None:
         """Queue what became of a wave's signals (identity, signal, SignalResult value)."""
@@ -106,3 +135,7 @@ class StateWriter:
                 return self._jobs.popleft()
             self._running = False
             return None
+
+
+def _key(intent: Intent) -> tuple[ProcessIdentity, str]:
+    return intent.identity, signal_name(intent.signal)
