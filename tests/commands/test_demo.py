@@ -95,6 +95,6 @@ def test_the_multihost_demo_plays_maintenance_on_one_of_two_hosts() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"^== done in [\d.]+ s: both processes saved step \d+ and exited 0$", done.stdout, re.M)
-    assert "drain exited after" in done.stdout  # host-1's daemon drained its process
+    assert "drain exited, started" in done.stdout  # host-1's daemon drained its process
     assert "left on its own" in done.stdout  # host-0's daemon saw its process go, unsignalled
     assert "tpu_watchdog_holders_left_total 1.0" in done.stdout

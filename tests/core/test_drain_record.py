@@ -1,5 +1,5 @@
-"""The drain record: exit statuses decoded and rendered, and the record as an SRE sees it (its JSON is the
-history entry: tests/store/test_drain_entry.py)."""
+"""The drain record: exit statuses decoded, how each process ended and what it lost (its JSON is the history
+entry, tests/store/test_drain_entry.py; in words: tests/store/test_drain_text.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import signal
 import pytest
 
 from watchdog.core.drain_record import (
-    WOULD_DIE_OF_SIGTERM,
     Death,
     DrainRecord,
     End,
@@ -64,19 +63,6 @@ def record() -> DrainRecord:
     return r
 
 
-def test_summary_says_who_blocked_and_why() -> None:
-    text = record().summary()
-    assert text.splitlines()[0].startswith("drain timed_out after 310.00 s (deadline +300.0 s")
-    assert "10@111 train; SIGTERM sent +0.00 s; exited (killed by SIGTERM) at +1.50 s" in text
-    assert "no checkpoint" in text
-    assert (
-        "20@222 stuck; SIGTERM sent before the restart; SIGKILL not sent (denied) +300.00 s; still running"
-        in text
-    )
-    assert "30@333 eval; released the device at +2.00 s, still running (not killed)" in text
-    assert "note: 1 process(es) still running after SIGKILL" in text
-
-
 def test_a_finished_drain_says_when_each_was_signalled_and_who_lost_their_progress() -> None:
     r = record()
     a, b, c = r.processes.values()
@@ -85,43 +71,11 @@ def test_a_finished_drain_says_when_each_was_signalled_and_who_lost_their_progre
     assert r.wall(a.signalled_at) == 1_700_000_000.0
     assert b.signalled_at is None  # sent by an earlier run: time unknown
     # died of SIGTERM, and still running after a SIGKILL that failed
-    assert r.losses() == {a.identity: Loss.SIGTERM_DEFAULT, b.identity: Loss.STILL_RUNNING}
+    assert [p.loss() for p in (a, b, c)] == [Loss.SIGTERM_DEFAULT, Loss.STILL_RUNNING, None]
 
 
 def test_pending_lists_processes_not_yet_ended() -> None:
     assert record().pending() == [ProcessIdentity(20, 222)]
-
-
-def test_one_line_summary_counts_how_processes_ended() -> None:
-    record = DrainRecord(started=0.0, started_wall=1.7e9, deadline=300.0, on_timeout="kill", dry_run=False)
-    ok = ProcessRecord(ProcessIdentity(1, 1), "ok", ("/dev/accel0",), 0.0, end=End.EXITED, ended_at=2.0)
-    ok.exit_status = ExitStatus(code=0)
-    default = ProcessRecord(ProcessIdentity(2, 1), "jax", ("/dev/accel0",), 0.0, end=End.EXITED, ended_at=1.0)
-    default.exit_status = ExitStatus(signal=15)
-    stubborn = ProcessRecord(ProcessIdentity(3, 1), "hang", ("/dev/accel0",), 0.0, end=End.EXITED)
-    stubborn.signals.append(SentSignal(9, 300.0, SignalResult.SENT))
-    for proc in (ok, default, stubborn):
-        record.processes[proc.identity] = proc
-    record.outcome, record.ended = Outcome.TIMED_OUT, 301.0
-    line = record.one_line()
-    assert "\n" not in line
-    # Each process counted once, by how it ended; the losses apart, never as one more process.
-    assert line == (
-        "drain timed_out after 301.00 s: 3 process(es): 1 exited, 1 died of SIGTERM's default action, "
-        "1 killed (2 of them lost their progress)"
-    )
-
-
-def test_a_rehearsal_says_what_would_have_been_killed_not_that_it_was() -> None:
-    record = DrainRecord(started=0.0, started_wall=1.7e9, deadline=300.0, on_timeout="kill", dry_run=True)
-    hang = ProcessRecord(ProcessIdentity(3, 1), "hang", ("/dev/accel0",), 0.0)
-    hang.signals += [SentSignal(15, 0.0, SignalResult.SENT), SentSignal(9, 300.0, SignalResult.SENT)]
-    record.processes[hang.identity] = hang
-    record.outcome, record.ended = Outcome.TIMED_OUT, 301.0
-    line = record.one_line()
-    assert "1 would have been killed" in line, line
-    assert ": 1 killed" not in line
-    assert line.endswith("(dry run: nothing was sent)")
 
 
 @pytest.mark.parametrize(
@@ -149,13 +103,8 @@ def test_a_drain_that_exited_still_reports_the_job_that_died_of_sigterm_as_lost(
     saved = ProcessRecord(ProcessIdentity(8, 1), "python3.12", ("/dev/accel0",), 0.0)
     saved.end, saved.ended_at, saved.exit_status = End.EXITED, 3.0, ExitStatus(code=0)
     r.processes = {early.identity: early, saved.identity: saved}
-    assert r.losses() == {}  # not yet: the drain has not ended
     r.outcome, r.ended = Outcome.EXITED, 3.0
-    assert r.losses() == {early.identity: Loss.SIGTERM_DEFAULT}
-    assert "(1 of them lost their progress)" in r.one_line()
-    assert "saved no checkpoint" in r.summary()
-    r.dry_run = True
-    assert r.losses() == {}  # a dry run sent nothing, so it cost nothing
+    assert (early.loss(), saved.loss()) == (Loss.SIGTERM_DEFAULT, None)
 
 
 @pytest.mark.parametrize(
@@ -180,38 +129,6 @@ def test_a_death_of_sigterm_s_default_action_is_seen_or_inferred_from_the_dispos
     proc.end, proc.ended_at, proc.exit_status = End.EXITED, 0.05, status
     assert proc.sigterm_death is death
     assert (proc.loss() is Loss.SIGTERM_DEFAULT) is (death is not None)
-    line = proc.describe(0.0)
-    assert ("inferred" in line) is (death is Death.INFERRED), line
-
-
-def test_a_process_s_end_is_said_in_the_history_s_words() -> None:
-    """`exited` (never `unknown`) for a process whose exit status could not be read, `killed` once (never
-    `killed by signal 9` beside `killed by SIGKILL`): the words `ProcessEnd` gives every surface."""
-    gone = ProcessRecord(ProcessIdentity(1, 1), "jax", ("/dev/accel0",), 0.0, end=End.EXITED, ended_at=5.56)
-    gone.signals.append(SentSignal(signal.SIGTERM, 0.0, SignalResult.SENT))
-    gone.exit_status = ExitStatus()
-    killed = ProcessRecord(
-        ProcessIdentity(2, 1), "hang", ("/dev/accel0",), 0.0, end=End.EXITED, ended_at=30.2
-    )
-    killed.signals += [SentSignal(15, 0.0, SignalResult.SENT), SentSignal(9, 30.0, SignalResult.SENT)]
-    killed.exit_status = ExitStatus(signal=9)
-    assert gone.describe(0.0).endswith("; exited at +5.56 s")
-    assert gone.public_end().value == "exited"
-    said = killed.describe(0.0)
-    assert said.endswith("; killed at +30.20 s"), said
-    assert "signal 9" not in said
-    assert killed.public_end().value == "killed"
-
-
-def test_a_rehearsal_s_process_is_still_running_never_after_a_sigkill() -> None:
-    hang = ProcessRecord(ProcessIdentity(3, 1), "hang", ("/dev/accel0",), 0.0)
-    hang.signals += [SentSignal(15, 0.0, SignalResult.SENT), SentSignal(9, 300.0, SignalResult.SENT)]
-    said = hang.describe(0.0, dry_run=True)
-    assert "after SIGKILL" not in said  # nothing was sent
-    assert said.endswith(
-        "still running (a real drain would have SIGKILLed it, unless its SIGTERM made it leave first)"
-    )
-    assert hang.public_end(dry_run=True).value == "still_running"
 
 
 def rehearsal() -> DrainRecord:
@@ -223,14 +140,3 @@ def rehearsal() -> DrainRecord:
         record.processes[proc.identity] = proc
     record.outcome, record.ended = Outcome.TIMED_OUT, 301.0
     return record
-
-
-def test_a_rehearsal_forecasts_each_process_by_its_sigterm_disposition_as_the_status_does() -> None:
-    """A process without a SIGTERM handler would not have been SIGKILLed: its SIGTERM would have killed it.
-    (`status` and `history` say the same: tests/store/test_drain_text.py.)"""
-    record = rehearsal()
-    line = record.one_line()
-    assert "1 would have died of SIGTERM's default action, 1 would have been killed" in line, line
-    default, ignored = (p.describe(0.0, dry_run=True) for p in record.processes.values())
-    assert default.endswith(f"still running ({WOULD_DIE_OF_SIGTERM})"), default
-    assert ignored.endswith("still running (SIGTERM ignored: a real drain would have SIGKILLed it)"), ignored

@@ -93,7 +93,7 @@ def test_workloads_that_exit_on_sigterm_end_the_drain_early(workloads: Workloads
     assert {h.identity for h in holders} == everyone
     live = Live()
     record = run_drain(holders, DrainPlan(grace=120, rescan_interval=0.2), scanner=scanner, listener=live)
-    assert record.outcome is Outcome.EXITED, record.summary()
+    assert record.outcome is Outcome.EXITED, record
     assert record.ended is not None
     assert record.ended - record.started < 60
     procs = record.processes
@@ -119,7 +119,7 @@ def test_ignoring_sigterm_is_killed_at_the_deadline_releasing_is_not(workloads: 
     scanner = scanner_for(workloads)
     plan = DrainPlan(grace=2, rescan_interval=0.2, kill_wait=10)
     record = run_drain(scanner.scan().holders, plan, scanner=scanner)
-    assert record.outcome is Outcome.TIMED_OUT, record.summary()
+    assert record.outcome is Outcome.TIMED_OUT, record
     procs = record.processes
     assert procs[stubborn.identity].killed
     assert str(procs[stubborn.identity].exit_status) == "killed by SIGKILL"
@@ -127,7 +127,6 @@ def test_ignoring_sigterm_is_killed_at_the_deadline_releasing_is_not(workloads: 
     assert not procs[releasing.identity].killed
     assert releasing.alive()
     assert not procs[handled.identity].killed
-    assert "released the device" in record.summary()
 
 
 def test_a_holder_that_appears_mid_drain_is_sigtermed_too(workloads: Workloads) -> None:
@@ -142,7 +141,7 @@ def test_a_holder_that_appears_mid_drain_is_sigtermed_too(workloads: Workloads) 
         wait_for(lambda: live.signalled(newcomer.identity), timeout=30, what="the newcomer's SIGTERM")
         first.open_gate()
         record = future.result(timeout=60)
-    assert record.outcome is Outcome.EXITED, record.summary()
+    assert record.outcome is Outcome.EXITED, record
     assert str(record.processes[newcomer.identity].exit_status) == "exited 0"
     assert record.processes[newcomer.identity].first_seen > record.started
     assert record.processes[newcomer.identity].late_arrival
@@ -188,7 +187,7 @@ def test_a_process_that_opens_a_device_while_the_killed_die_gets_sigterm_and_sig
     assert live.calls.index(("sent", newcomer.identity, TERM)) < live.calls.index(
         ("sent", newcomer.identity, KILL)
     )
-    assert record.outcome is Outcome.TIMED_OUT, record.summary()
+    assert record.outcome is Outcome.TIMED_OUT, record
     assert record.processes[newcomer.identity].late_arrival
 
 
@@ -214,7 +213,6 @@ def test_pid_1_and_the_watchdog_itself_in_a_holder_list_are_never_signalled_nor_
         proc = record.processes[identity]
         assert proc.end is End.PROTECTED
         assert [s.result for s in proc.signals] == [SignalResult.PROTECTED]
-        assert "never signalled" in proc.describe(record.started)
 
 
 @pytest.mark.parametrize(("event", "outcome"), [("cancel", Outcome.CANCELLED), ("stop", Outcome.INTERRUPTED)])
@@ -251,7 +249,7 @@ def test_dry_run_sends_nothing_and_reports_the_same(workloads: Workloads) -> Non
         assert proc.signalled_at is not None
         assert proc.killed  # would have been
         assert proc.pending
-    assert "dry run: nothing was sent" in record.summary()
+    assert record.dry_run
 
 
 def test_dry_run_refuses_a_real_signaller(workloads: Workloads) -> None:

@@ -26,6 +26,8 @@ from watchdog.core.vocabulary import Outcome, SigtermDisposition
 from watchdog.core.workload import Workload
 from watchdog.daemon import notices
 from watchdog.daemon.notices import Notices
+from watchdog.store.drain_entry import entry_from_record
+from watchdog.store.drain_text import ended_line
 from watchdog.surface.webhooks import FailureReason, WebhookSender
 
 HOST = HostIdentity(instance_id="42", instance_name="t1v-n-0", zone="us-central2-b", accelerator_type="v4-8",
@@ -75,7 +77,7 @@ def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
     with WebhookReceiver(statuses=[]) as receiver:
         sender = WebhookSender([receiver.url], backoff=0.01)
         Notices(sender, dict, SystemClock(), dry_run=False).drain_finished(
-            EVENT, record, "20261201T163103.006Z"
+            EVENT, entry_from_record(record, {}), "20261201T163103.006Z"
         )
         wait_for(lambda: receiver.delivered(), what="the notice")
         sender.close(1.0)
@@ -95,10 +97,12 @@ def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
     told = {p["pid"]: p for p in body["processes"]}
     assert told[10]["detail"] == INFERRED_DEATH
     assert (told[7]["start_time"], told[7]["late_arrival"], told[7]["detail"]) == (1007, False, None)
-    assert body["text"].endswith("; killed: pid 8 (stuck)")
+    assert body["text"].endswith(
+        "; killed at the deadline, progress since its last checkpoint lost: pid 8 (stuck)"
+    )
 
 
-def test_who_was_killed_names_each_one_s_pod_or_unit() -> None:
+def test_who_was_killed_is_named_by_pod_or_unit() -> None:
     record = DrainRecord(started=100.0, started_wall=1_800_000_000.0, deadline=130.0, on_timeout="kill",
                          dry_run=False, outcome=Outcome.TIMED_OUT, ended=131.0)  # fmt: skip
     pod = Workload(pod_uid="8d3f5c2a-1b4e-4c6d-9e8f-0a1b2c3d4e5f", pod_namespace="ml", pod_name="trainer-0")
@@ -108,10 +112,11 @@ def test_who_was_killed_names_each_one_s_pod_or_unit() -> None:
         record.processes[identity] = ProcessRecord(
             identity, "python3", ("/dev/accel0",), 100.0, killed, End.EXITED, 131.0, workload=workload
         )
-    assert notices.who_was_killed(record) == (
-        "pid 8 (python3, pod ml/trainer-0), pid 9 (python3, unit train.service), pid 10 (python3)"
+    entry = entry_from_record(record, {})
+    assert ended_line(entry).endswith(
+        "lost: pid 8 (python3, pod ml/trainer-0), pid 9 (python3, unit train.service), pid 10 (python3)"
     )
-    told = {p["pid"]: p for p in notices.processes_told(record)}
+    told = {p["pid"]: p for p in notices.processes_told(entry)}
     assert told[8]["workload"] == pod.to_dict()
 
 

@@ -140,9 +140,11 @@ def test_the_history_subscribes_a_drain_is_opened_when_told_started_and_written_
     record = DrainRecord(0.0, now, 30.0, "kill", dry_run=False, outcome=Outcome.EXITED, ended=2.5)
     life.drain_finished(Outcome.EXITED.value, now + 2.5)
     assert life.drain is None
-    recorder.told(DrainEnded(record, event, drain, life.state.value, None), life)
+    entry = recorder.entry_of(record, drain, life)  # the loop's, once, for every subscriber
+    recorder.told(DrainEnded(record, event, drain, life.state.value, None, entry), life)
     ended = recorder.history.find(drain.drain_id)
     assert ended is not None
+    assert ended == entry  # the history writes the entry the moment carries
     assert (ended["outcome"], recorder.last_drain) == ("exited", ended)
     assert metrics.registry.get_sample_value("tpu_watchdog_drains_total", {"outcome": "exited"}) == 1
     assert recorder.current is None  # no drain runs now

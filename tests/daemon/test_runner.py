@@ -197,5 +197,5 @@ def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
     old.expect("released")  # the full scan's SIGTERM
     record = done.get(timeout=30)
     assert record is not None
-    assert record.outcome is Outcome.EXITED, record.summary()
+    assert record.outcome is Outcome.EXITED, record
     assert not record.processes[new.identity].late_arrival

@@ -83,7 +83,7 @@ def test_the_state_and_deadline_gauges_follow_the_lifecycle_after_each_moment() 
     record = DrainRecord(0.0, 1.8e9, 15.0, "kill", dry_run=False, outcome=Outcome.EXITED)
     ended = life.drain
     life.drain_finished("exited", 1.8e9 + 6)
-    gauges.told(DrainEnded(record, EVENT, ended, life.state.value, None), life)
+    gauges.told(DrainEnded(record, EVENT, ended, life.state.value, None, {}), life)
     state, deadline = shown()
     assert state == 0.0
     assert deadline is not None
@@ -106,7 +106,7 @@ def test_the_site_hooks_get_the_event_and_at_a_drains_end_its_outcome() -> None:
     site.told(EventStarted(EVENT), Lifecycle())
     record = DrainRecord(0.0, 1.8e9, 25.0, "kill", dry_run=True, outcome=Outcome.EXITED)
     drain = ActiveDrain([EVENT.event_id], 1.8e9, 1.8e9 + 25)
-    site.told(DrainEnded(record, EVENT, drain, "drained", None), Lifecycle())
+    site.told(DrainEnded(record, EVENT, drain, "drained", None, {}), Lifecycle())
     site.told(DrainStarted("preempted", 1.0, 0.5), Lifecycle())  # no hook for a drain's start
     assert [(name, c.event_source, c.outcome, c.dry_run) for name, c in hooks.ran] == [
         ("on_event_start", "preempted", "", True),

@@ -51,7 +51,7 @@ def test_a_stuck_disk_delays_the_sigkill_less_than_a_second(
     runner.start(order(1.0))
     record = done.get(timeout=30)
     assert record is not None
-    assert record.outcome is Outcome.TIMED_OUT, record.summary()
+    assert record.outcome is Outcome.TIMED_OUT, record
     assert stubborn.popen.wait(timeout=10) == -signal.SIGKILL
     assert stuck.calls > 0, "the disk was stuck from the first write on"
     (kill,) = record.processes[stubborn.identity].sent(signal.SIGKILL)

@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.core.test_drain_record import record as core_record
 from tests.core.test_drain_record import rehearsal
 from tests.store.test_drain_entry import HOST, A, B, record
 from watchdog.core.drain_record import (
     INFERRED_DEATH,
     WOULD_DIE_OF_SIGTERM,
+    End,
+    ProcessRecord,
+    SentSignal,
+    SignalResult,
 )
-from watchdog.core.vocabulary import SigtermDisposition
+from watchdog.core.process import ProcessIdentity
+from watchdog.core.vocabulary import Outcome, SigtermDisposition
 from watchdog.store.drain_entry import entry_from_record
-from watchdog.store.drain_text import block, one_line, process_line, totals
+from watchdog.store.drain_text import block, ended_line, one_line, process_line, processes_of, totals
 from watchdog.store.history import HISTORY_FILE, load_entries
 
 
@@ -104,7 +110,6 @@ def test_a_process_that_ended_before_the_restart_says_so_as_the_log_does() -> No
     entry = entry_from_record(rec, HOST)
     [line] = [line for line in block(entry) if f" {A.pid} " in line]
     assert "exited before the restart" in line, line
-    assert "exited before the restart" in proc.describe(rec.started)  # the journal's line
     assert "after ?" not in line
 
 
@@ -112,9 +117,44 @@ def test_a_rehearsal_s_process_reads_as_the_journal_forecasts_it() -> None:
     rec = rehearsal()
     entry = entry_from_record(rec, HOST)
     shown = [process_line(p, dry_run=True) for p in entry["processes"]]  # type: ignore[attr-defined]
-    said = [p.describe(0.0, dry_run=True) for p in rec.processes.values()]
     assert shown[0].endswith(f"still running ({WOULD_DIE_OF_SIGTERM})"), shown[0]
     assert shown[1].endswith("still running (SIGTERM ignored: a real drain would have SIGKILLed it)")
-    assert [line.rsplit("still running", 1)[1] for line in shown] == [
-        line.rsplit("still running", 1)[1] for line in said
-    ]
+    assert all("after SIGKILL" not in line for line in shown)  # nothing was sent
+    line = ended_line(entry)
+    assert line.endswith("would send SIGTERM to 2, SIGKILL to 2 at the deadline (dry run: nothing was sent)")
+    assert "killed at the deadline" not in line  # a rehearsal kills nobody, and loses nothing
+
+
+def test_a_drain_s_end_in_one_line_names_who_lost_their_progress_at_the_deadline() -> None:
+    """The journal's and a webhook's sentence: `status`'s line, each process counted once by its end, then
+    who the deadline cost their progress: one SIGKILLed, one still holding a device (its SIGKILL denied)."""
+    rec = core_record()  # 10 died of SIGTERM, 20 still running after a denied SIGKILL, 30 released
+    stubborn = ProcessRecord(ProcessIdentity(40, 444), "hang", ("/dev/accel0",), 100.0, end=End.EXITED)
+    stubborn.signals += [SentSignal(15, 100.0, SignalResult.SENT), SentSignal(9, 400.0, SignalResult.SENT)]
+    stubborn.ended_at = 400.1
+    rec.processes[stubborn.identity] = stubborn
+    entry = entry_from_record(rec, HOST)
+    line = ended_line(entry)
+    assert "\n" not in line
+    assert line == (
+        f"drain {one_line(entry)}; killed at the deadline, progress since its last checkpoint lost: pid 40 "
+        "(hang); still holding a device at the deadline, progress since its last checkpoint lost: pid 20 "
+        "(stuck)"
+    )
+    assert totals(entry) == (
+        "4 processes: 1 died of SIGTERM's default action (no checkpoint), 1 still running, 1 released the "
+        "device and kept running, 1 killed at the deadline"
+    )
+    lines = {p["pid"]: process_line(p) for p in processes_of(entry)}
+    assert "SIGTERM before the restart; not sent: SIGKILL (denied) still running" in lines[20], lines[20]
+    assert "released the device after 2.00 s, still running" in lines[30]
+    assert "killed, gone after 5.0 min" in lines[40], lines[40]
+    assert "signal 9" not in lines[40]
+
+
+def test_a_drain_that_did_not_time_out_names_nobody_lost_at_the_deadline() -> None:
+    rec = core_record()
+    rec.outcome = Outcome.CANCELLED  # the event went away: those still running were never killed
+    line = ended_line(entry_from_record(rec, HOST))
+    assert "progress since its last checkpoint lost" not in line, line
+    assert line.startswith("drain cancelled, started ")

@@ -109,4 +109,4 @@ def test_a_real_jax_orbax_trainer_saves_on_maintenance_and_exits_0(tmp_path: Pat
     last = result["status"]["last_drain"]
     assert last["outcome"] == "exited", result["log"]
     assert last["duration"] > 0  # the time it took is reported
-    assert "drain exited after" in result["log"]
+    assert "drain exited, started" in result["log"]

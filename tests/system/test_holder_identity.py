@@ -75,7 +75,7 @@ def test_the_pod_of_a_holder_is_named_wherever_the_holder_is(
         "trainer-0",
         cgroup.pod_uid,
     )
-    ended = [r.getMessage() for r in caplog.records if f"{child.identity} " in r.getMessage()]
+    ended = [r.getMessage() for r in caplog.records if f" {child.popen.pid} " in r.getMessage()]
     assert any(f"[{POD}]" in line and "saved no checkpoint" in line for line in ended), ended
     listed = history(state_dir, "--json")
     assert listed.returncode == 0, listed.stderr

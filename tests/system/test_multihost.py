@@ -49,7 +49,8 @@ def drained(host: SimulatedHost) -> dict[str, Any]:
     assert process["signals"] == ["SIGTERM"], process
     assert process["end"] == "exited", process  # exited, not killed (a release would say "released")
     # The journal line follows /status's last_drain by the history's write (an fsync): waited for.
-    wait_for(lambda: "drain exited after" in host.daemon_log.read_text(), 30, interval=0.1, what="its line")
+    said = "drain exited, started"
+    wait_for(lambda: said in host.daemon_log.read_text(), 30, interval=0.1, what="its line")
     return record
 
 

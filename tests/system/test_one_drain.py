@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.pidns import needs_unshare, run_driver
 from watchdog.core.clock import parse_utc_text
+from watchdog.store.drain_text import ended_line
 
 pytestmark = pytest.mark.slow
 
@@ -220,6 +221,7 @@ def test_a_drain_restarted_midway_and_joined_late_is_one_drain_on_every_surface(
     assert {line["drain_id"] for line in drain_lines} == {drain_id}
     finished = [line for line in drain_lines if line["kind"] == "drain_finished"]
     assert [line["late"] for line in finished] == [False, True]
+    assert finished[1]["message"] == ended_line(entry)  # the history entry's own sentence
     assert after(finished[1]["message"]) == pytest.approx(duration, abs=0.006)
     assert count(finished[1]["message"]) == 5
     assert after(finished[0]["message"]) == pytest.approx(first_end["duration"], abs=0.006)
@@ -228,7 +230,7 @@ def test_a_drain_restarted_midway_and_joined_late_is_one_drain_on_every_surface(
     per_process = {}
     for line in lines:  # the lines under the last drain_finished: one per process
         if line.get("kind") is None and line.get("drain_id") == drain_id and "pid" in line:
-            end = ENDS.search(line["message"].split(";", 1)[1])
+            end = ENDS.search(line["message"])
             per_process[line["pid"]] = end.group(1) if end else line["message"]
     assert per_process == ends
 
@@ -240,7 +242,7 @@ def test_a_drain_restarted_midway_and_joined_late_is_one_drain_on_every_surface(
     said = {}
     for line in lines:
         if line.get("kind") is None and line.get("drain_id") == drain_id and "pid" in line:
-            sent = re.search(r"SIGTERM sent \+([0-9.]+) s", line["message"])
+            sent = re.search(r"SIGTERM \+([0-9.]+) s", line["message"])
             said[line["pid"]] = float(sent.group(1)) if sent else line["message"]
     assert said == pytest.approx(term, abs=0.006)
 

@@ -17,7 +17,7 @@ from tests.support.workloads import Workloads
 from watchdog.core.clock import parse_utc_text
 from watchdog.core.drain_record import INFERRED_DEATH
 from watchdog.fake.server import FakeMetadataServer
-from watchdog.store.drain_text import totals
+from watchdog.store.drain_text import ended_line, one_line, process_line, processes_of, totals
 from watchdog.store.history import HISTORY_FILE, load_entries
 from watchdog.surface.logs import KIND
 
@@ -72,8 +72,13 @@ def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
     assert notice["drain_id"] == drain_id
     assert abs(parse_utc_text(str(notice["started"])) - started) < 0.01
     assert len(notice["processes"]) == 2  # type: ignore[arg-type]
-    assert "2 process(es)" in str(notice["text"])
-    assert any("drain timed_out" in r.message and "2 process(es)" in r.message for r in caplog.records)
+    # One sentence for the drain's end, and one line per process: `status`'s and `history`'s own words.
+    assert str(notice["text"]).endswith(f": {ended_line(entry)}")
+    assert ended_line(entry).startswith(f"drain {one_line(entry)}")
+    journal = [r.message for r in caplog.records if getattr(r, KIND, None) == "drain_finished"]
+    assert journal == [ended_line(entry)]
+    after = [r.message for r in caplog.records][[r.message for r in caplog.records].index(journal[0]) + 1 :]
+    assert after[:2] == [f"  {process_line(p)}" for p in processes_of(entry)]
     said = [r.message for r in caplog.records if getattr(r, KIND, None) == "drain_started"]
     assert said
     assert "SIGTERM now" not in said[-1]  # nothing is sent: both were signalled before
@@ -125,4 +130,3 @@ def test_a_holder_that_died_of_sigterm_before_a_restart_is_still_told_as_unsaved
     assert (shown["end"], shown["sigterm"], shown["detail"]) == ("exited", "default", INFERRED_DEATH)
     assert "1 died of SIGTERM's default action (no checkpoint)" in totals(entry)
     assert record is not None
-    assert "1 died of SIGTERM's default action" in record.one_line()  # the journal's line

@@ -72,7 +72,8 @@ def test_every_moment_is_told_and_event_started_arrives_while_the_drain_runs(
     assert finished["outcome"] == "timed_out"
     (proc,) = finished["processes"]
     assert (proc["pid"], proc["signals"], proc["end"]) == (child.popen.pid, ["SIGTERM", "SIGKILL"], "killed")
-    assert f"killed: pid {child.popen.pid} ({proc['name']}" in finished["text"]  # then its workload, if any
+    lost = f"checkpoint lost: pid {child.popen.pid} ({proc['name']}"  # then its workload, if any
+    assert lost in finished["text"]
     assert (sent, failed) == (4, 0)
     assert raw.returncode == 0, raw.stderr
     assert "/…redacted" in shown

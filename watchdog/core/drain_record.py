@@ -1,8 +1,8 @@
 """The drain's record: how a signal attempt went, how a process ended, what the drain did (its outcome).
 
-Pure data plus its rendering for humans (`summary`, `one_line`); its JSON is the history entry
-(`store/drain_entry.py`), the one shape of every other surface. Times are monotonic seconds of the drain's
-clock; `DrainRecord.wall()` turns them into wall-clock seconds.
+Pure data; its JSON is the history entry (`store/drain_entry.py`), the one shape every surface renders
+(`store/drain_text.py` puts it in words). Times are monotonic seconds of the drain's clock;
+`DrainRecord.wall()` turns them into wall-clock seconds.
 """
 
 from __future__ import annotations
@@ -89,7 +89,6 @@ class ExitStatus:
 UNKNOWN_EXIT = ExitStatus()
 
 BEFORE_RESTART = "before the restart"  # when an earlier run sent a signal, or a process ended, untimed
-REOPENED = " (reopened for a late arrival)"  # a drain a late arrival joined after it had ended
 
 
 def rehearsal_forecast(sigterm: SigtermDisposition | None, asked_with_sigterm: bool) -> str:
@@ -204,52 +203,6 @@ class ProcessRecord:
             return Loss.STILL_RUNNING
         return None
 
-    def describe(self, start: float, dry_run: bool = False) -> str:
-        """One line for an SRE: who, what was sent when, how it ended."""
-
-        def t(at: float | None) -> str:
-            return BEFORE_RESTART if at is None else f"+{at - start:.2f} s"
-
-        def at_(at: float | None) -> str:
-            return BEFORE_RESTART if at is None else f"at {t(at)}"
-
-        verb = "would send" if dry_run else "sent"
-        end = self.public_end(dry_run)
-        words = self.workload.describe() if self.workload else ""
-        who = f"{self.identity} {self.name}" + (f" [{words}]" if words else "")
-        parts = [who + (" (late arrival)" if self.late_arrival else "")]
-        for s in self.signals:
-            name = signal_name(s.signum)
-            if s.result is SignalResult.SENT:
-                parts.append(f"{name} {verb} {t(s.at)}")
-            else:
-                parts.append(f"{name} not sent ({s.result.value}) {t(s.at)}")
-        status = self.exit_status or UNKNOWN_EXIT
-        how = f" ({status})" if status.known and not (self.killed and status.signal == KILL) else ""
-        if end is ProcessEnd.KILLED and self.end is End.EXITED:
-            parts.append(f"{end.value}{how} {at_(self.ended_at)}")
-        elif end is ProcessEnd.KILLED:
-            parts.append(f"{end.value}, {ProcessEnd.STILL_RUNNING.value.replace('_', ' ')} after SIGKILL")
-        elif self.end is End.EXITED:
-            parts.append(f"{end.value}{how} {at_(self.ended_at)}")
-            if self.sigterm_death is Death.SEEN:
-                parts.append("SIGTERM's default action: it had no handler, so it saved no checkpoint")
-            elif self.sigterm_death is Death.INFERRED:
-                parts.append(INFERRED_DEATH)
-        elif self.end is End.RELEASED:
-            parts.append(f"released the device {at_(self.ended_at)}, still running (not killed)")
-        elif self.end is End.GONE:
-            parts.append("gone before it was signalled")
-        elif self.end is End.IDENTITY_CHANGED:
-            parts.append("its PID now belongs to another process: not signalled")
-        elif self.end is End.PROTECTED:
-            parts.append("PID 1, the watchdog itself or a kernel thread: never signalled")
-        elif dry_run and self.killed:
-            parts.append(f"still running ({self.forecast()})")
-        else:
-            parts.append("still running")
-        return "; ".join(parts)
-
 
 @dataclass
 class DrainRecord:
@@ -291,48 +244,3 @@ class DrainRecord:
 
     def pending(self) -> list[ProcessIdentity]:
         return [i for i, p in self.processes.items() if p.pending]
-
-    def losses(self) -> dict[ProcessIdentity, Loss]:
-        """The processes that lost their progress, once the drain has ended (a dry run loses nothing)."""
-        if self.outcome is None or self.dry_run:
-            return {}
-        found = {i: p.loss() for i, p in self.processes.items()}
-        return {i: loss for i, loss in found.items() if loss is not None}
-
-    def summary(self) -> str:
-        """Lines for humans: the outcome, then each process."""
-        state = self.outcome.value if self.outcome else "in progress"
-        took = f" after {self.ended - self.started:.2f} s" if self.ended is not None else ""
-        late = REOPENED if self.late else ""
-        head = (
-            f"drain {state}{took}{late} (deadline +{self.deadline - self.started:.1f} s, on timeout: "
-            f"{self.on_timeout}{', dry run: nothing was sent' if self.dry_run else ''})"
-        )
-        lines = [head] + [f"  {p.describe(self.started, self.dry_run)}" for p in self.processes.values()]
-        lines += [f"  note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-    def one_line(self) -> str:
-        """The drain in one line, for the journal: outcome, time taken, how the processes ended."""
-        state = self.outcome.value if self.outcome else "in progress"
-        took = f" after {self.ended - self.started:.2f} s" if self.ended is not None else ""
-        procs = list(self.processes.values())
-        counts: dict[str, int] = {}
-        for p in procs:  # each process once, by its end
-            end = p.public_end(self.dry_run)
-            if end is ProcessEnd.EXITED and p.sigterm_death is not None:
-                what = "died of SIGTERM's default action"
-            elif self.dry_run and p.killed and p.forecast() == WOULD_DIE_OF_SIGTERM:
-                what = "would have died of SIGTERM's default action"
-            elif self.dry_run and p.killed:
-                what = "would have been killed"
-            else:
-                what = end.value.replace("_", " ")
-            counts[what] = counts.get(what, 0) + 1
-        parts = ", ".join(f"{n} {what}" for what, n in counts.items())
-        dry = " (dry run: nothing was sent)" if self.dry_run else ""
-        late = REOPENED if self.late else ""
-        lost = len(self.losses())
-        lost_text = f" ({lost} of them lost their progress)" if lost else ""
-        head = f"drain {state}{took}{late}: {len(procs)} process(es)"
-        return f"{head}{': ' + parts if parts else ''}{lost_text}{dry}"

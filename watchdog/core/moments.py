@@ -9,6 +9,7 @@ each output alone. The lifecycle's own actions (`EventStarted`, `MoveDeadline`, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -97,6 +98,8 @@ class DrainEnded:
     drain: ActiveDrain | None  # the lifecycle's drain as it was when it ended (None: the lifecycle had none)
     state: str  # the lifecycle's state after it
     deadline: float | None  # the lifecycle's drain deadline after it (a new drain's), for the hook
+    entry: Mapping[str, object]  # the drain as the history keeps it (store/drain_entry.py), built once at
+    # its end from `record`: the history writes it, and the journal, /status and the webhooks render it
 
     @property
     def drain_id(self) -> str:

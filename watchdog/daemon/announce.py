@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from watchdog.core.clock import time_left, utc_time
-from watchdog.core.drain_record import DrainRecord, SignalResult
+from watchdog.core.drain_record import SignalResult
 from watchdog.core.ladder import Ladder, signal_name
 from watchdog.core.lifecycle import CancelDrain, EventCleared, EventStarted, Lifecycle, MoveDeadline
 from watchdog.core.moments import (
@@ -27,7 +27,8 @@ from watchdog.core.moments import (
     ProcessSignalled,
 )
 from watchdog.core.vocabulary import DaemonState, Outcome, Output
-from watchdog.daemon.notices import who_was_killed
+from watchdog.core.workload import Workload
+from watchdog.store.drain_text import ended_line, process_line, processes_of
 from watchdog.surface.logs import fields, workload_fields
 
 log = logging.getLogger("tpu-watchdog")
@@ -84,7 +85,7 @@ class LogLines:
         elif isinstance(moment, DrainProgress):
             self._progress(moment)
         elif isinstance(moment, DrainEnded):
-            self._ended(moment.record, moment.drain_id, moment.state)
+            self._ended(moment)
 
     def _found(self, moment: HoldersFound) -> None:
         """The drain's first line: `draining 3 TPU holder(s) for preempted: SIGTERM now, deadline ...`; a
@@ -128,22 +129,24 @@ class LogLines:
             ", late arrival" if moment.late else "", said, extra=journal,
         )  # fmt: skip
 
-    def _ended(self, record: DrainRecord, drain_id: str, state: str) -> None:
+    def _ended(self, moment: DrainEnded) -> None:
+        """The drain's end as its history entry has it (`DrainEnded.entry`), in `status`'s and `history`'s
+        own words: a line for the drain (an ERROR when a process lost its progress at the deadline), then
+        a line per process."""
+        record, entry = moment.record, moment.entry
         outcome = record.outcome or Outcome.INTERRUPTED
-        killed = who_was_killed(record)
         lost = outcome is Outcome.TIMED_OUT and not record.dry_run
-        how = "killed at the deadline" if record.on_timeout == "kill" else "left holding a device"
-        loss = f"; {how}, progress since its last checkpoint lost: {killed}" if lost else ""
         log.log(
-            logging.ERROR if lost else logging.WARNING, "%s%s", record.one_line(), loss,
-            extra=fields("drain_finished", outcome=outcome.value, state=state, drain_id=drain_id,
-                         late=record.late),
+            logging.ERROR if lost else logging.WARNING, "%s", ended_line(entry),
+            extra=fields("drain_finished", outcome=outcome.value, state=moment.state,
+                         drain_id=moment.drain_id, late=record.late),
         )  # fmt: skip
-        for proc in record.processes.values():
+        for proc in processes_of(entry):
             log.info(
-                "  %s", proc.describe(record.started, record.dry_run),
-                extra=fields(pid=proc.identity.pid, process=proc.name, drain_id=drain_id,
-                             **workload_fields(proc.workload)),
+                "  %s", process_line(proc, dry_run=record.dry_run),
+                extra=fields(pid=proc.get("pid"), start_time=proc.get("start_time"), process=proc.get("name"),
+                             drain_id=moment.drain_id,
+                             **workload_fields(Workload.from_dict(proc.get("workload")))),
             )  # fmt: skip
 
     def _progress(self, moment: DrainProgress) -> None:

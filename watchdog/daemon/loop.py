@@ -410,7 +410,8 @@ class Daemon:
             record.outcome = outcome
             self.last_record = record
         waiting = self.lifecycle.drain_finished(outcome.value, self.clock.wall(), rehearsed=record.dry_run)
-        ended = DrainEnded(record, event, drain, self.lifecycle.state.value, self._deadline())
+        entry = self.recorder.entry_of(record, drain, self.lifecycle)  # what every subscriber renders
+        ended = DrainEnded(record, event, drain, self.lifecycle.state.value, self._deadline(), entry)
         self._apply(waiting, told_first=(ended,))  # waiting: an event that came while it was being cancelled
 
     def _deadline(self) -> float | None:

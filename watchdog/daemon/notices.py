@@ -20,12 +20,11 @@ import threading
 from collections.abc import Callable, Mapping
 
 from watchdog.core.clock import Clock, time_left, utc_time
-from watchdog.core.drain_record import DrainRecord, ProcessRecord
 from watchdog.core.identity import host_fields
 from watchdog.core.lifecycle import Event, EventCleared, EventStarted, Lifecycle
 from watchdog.core.moments import RESUMED, RETRY, DrainEnded, DrainStarted, Moment
 from watchdog.core.vocabulary import Output, WatchedKey
-from watchdog.store.drain_entry import entry_from_record
+from watchdog.store.drain_text import ended_line, processes_of
 from watchdog.surface.webhooks import WebhookSender
 
 RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (4 tries: 7 s of backoff)
@@ -80,7 +79,7 @@ class Notices:
             self.drain_started(lifecycle.drain_event(), moment.deadline, active.drain_id,
                                resumed=moment.cause == RESUMED, late=active.late)  # fmt: skip
         elif isinstance(moment, DrainEnded):
-            self.drain_finished(moment.event, moment.record, moment.drain_id)
+            self.drain_finished(moment.event, moment.entry, moment.drain_id)
 
     def event_started(self, event: Event) -> None:
         deadline = f"; deadline {_hms(event.deadline)}" if event.deadline is not None else ""
@@ -102,16 +101,13 @@ class Notices:
         text = f"{what}; deadline {_hms(deadline)} ({time_left(deadline, self.clock.wall())})"
         self._send("drain_started", event, text, deadline=_time(deadline), drain_id=drain_id, late=late)
 
-    def drain_finished(self, event: Event | None, record: DrainRecord, drain_id: str) -> None:
-        killed = who_was_killed(record)
-        text = record.one_line() + (f"; killed: {killed}" if killed else "")
+    def drain_finished(self, event: Event | None, entry: Mapping[str, object], drain_id: str) -> None:
+        """The drain's end as its history entry has it (`DrainEnded.entry`): the journal's sentence, and
+        the entry's own outcome, times and processes."""
         self._send(
-            "drain_finished", event, text, drain_id=drain_id, late=record.late,
-            outcome=record.outcome.value if record.outcome else None,
-            started=_time(record.started_wall),
-            ended=_time(record.wall(record.ended) if record.ended is not None else None),
-            duration=None if record.ended is None else round(record.ended - record.started, 3),
-            processes=processes_told(record),
+            "drain_finished", event, ended_line(entry), drain_id=drain_id, late=bool(entry.get("late")),
+            outcome=entry.get("outcome"), started=entry.get("started"), ended=entry.get("ended"),
+            duration=entry.get("duration"), processes=processes_told(entry),
         )  # fmt: skip
 
     def event_cleared(self, event: Event) -> None:
@@ -135,32 +131,17 @@ class Notices:
         self.sender.submit(body)
 
 
-def who_was_killed(record: DrainRecord) -> str:
-    """`pid 4243 (python3), pid 4244 (train)`: the processes SIGKILLed (or, with on_timeout = leave, left
-    holding a device at the deadline); "" when none."""
-    procs = [p for p in record.processes.values() if p.killed or (p.pending and record.ended is not None)]
-    return ", ".join(f"pid {p.identity.pid} ({_who(p)})" for p in procs)
-
-
-def _who(p: ProcessRecord) -> str:
-    """`python3` or `python3, pod ml/trainer-0 container jax`: its name, and its workload where known."""
-    words = p.workload.describe() if p.workload else ""
-    return f"{p.name or 'name unknown'}, {words}" if words else p.name or "name unknown"
-
-
 # What a receiver gets of each process: the history entry's own fields (store/drain_entry.py renders both),
 # without the times and devices a page does not need.
 TOLD_FIELDS = ("pid", "start_time", "name", "signals", "would_send", "end", "exit_status", "exit_signal",
                "late_arrival", "detail", "workload")  # fmt: skip
 
 
-def processes_told(record: DrainRecord) -> list[dict[str, object]]:
+def processes_told(entry: Mapping[str, object]) -> list[dict[str, object]]:
     """Each process of a drain for a receiver: who, which signals went out (a rehearsal's apart, in
     `would_send`), how it ended and why (`detail`: no SIGTERM handler...), its unit, container or pod (who to
-    page), in the history's words and types, rendered by the history's own renderer."""
-    processes = entry_from_record(record, {})["processes"]
-    assert isinstance(processes, list)  # noqa: S101 - entry_from_record's own shape
-    return [{field: p[field] for field in TOLD_FIELDS} for p in processes]
+    page): the history entry's own fields, words and types."""
+    return [{field: p.get(field) for field in TOLD_FIELDS} for p in processes_of(entry)]
 
 
 def _host_words(host: Mapping[str, str]) -> str:

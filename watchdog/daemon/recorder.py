@@ -82,8 +82,21 @@ class HistoryEntries:
         (its deadline moved, an event joined it), and a new one gets its opening entry."""
         if isinstance(moment, DrainEnded) and moment.drain is not None:
             outcome = moment.record.outcome or Outcome.INTERRUPTED
-            self.last_drain = self.finished(moment.record, outcome, moment.drain, lifecycle)
+            self.last_drain = self.finished(moment.entry, moment.record, outcome, moment.drain)
         self.seen(lifecycle)
+
+    def entry_of(
+        self, record: DrainRecord, drain: ActiveDrain | None, lifecycle: Lifecycle
+    ) -> dict[str, object]:
+        """An ended drain's entry, as the history keeps it: built once, by the loop, for its `DrainEnded`
+        moment, so the history, /status, the journal and the webhooks render the one same entry. `drain`:
+        the lifecycle's drain as it was when it ended (None: it had none; the entry is never written)."""
+        with self.outputs.guarded(Output.HISTORY):
+            if drain is None:
+                return entry_from_record(record, host_fields(self.host(), known_only=True))
+            opened = self._opened(drain, lifecycle.events.values())
+            return self._entry(_serving(record, opened), self._host(drain.drain_id))
+        return entry_from_record(record, {})  # a bug in the above: the record alone, told all the same
 
     def host_labels(self) -> Mapping[str, str]:
         """Who this host is, for a notice: as learned, or (not answered yet since a restart) as the running
@@ -147,17 +160,17 @@ class HistoryEntries:
         return None
 
     def finished(
-        self, record: DrainRecord, outcome: Outcome, drain: ActiveDrain, lifecycle: Lifecycle
+        self, entry: Mapping[str, object], record: DrainRecord, outcome: Outcome, drain: ActiveDrain
     ) -> dict[str, object] | None:
-        """A drain ended (not interrupted): write it down (a reopened drain's entry is rewritten, by its
-        id), then count it where it belongs (whoever sees the counter move finds the drain in the history).
-        A drain is counted once, when it first ends: a reopened one (a late arrival joined it) is not
-        counted again, whatever its second end. Returns the entry written (what `/status` shows as
-        `last_drain`), or None when none could be. `drain`: as it was when it ended."""
+        """A drain ended (not interrupted): write its `entry` down (`entry_of`; a reopened drain's entry
+        is rewritten, by its id), then count it where it belongs (whoever sees the counter move finds the
+        drain in the history). A drain is counted once, when it first ends: a reopened one (a late arrival
+        joined it) is not counted again, whatever its second end. Returns the entry written (what `/status`
+        shows as `last_drain`), or None when none could be. `drain`: as it was when it ended."""
         counted = drain.late and self._ended_before(drain.drain_id)
-        entry = self._guarded(self._write_finished, drain, record, lifecycle)
+        written = self._guarded(self._write_finished, entry)
         if counted:
-            return entry
+            return written
         with self.outputs.guarded(Output.METRICS):
             if record.dry_run:
                 self.metrics.dry_run_drains.labels(outcome.value).inc()
@@ -165,21 +178,18 @@ class HistoryEntries:
                 self.metrics.drains.labels(outcome.value).inc()
                 if record.ended is not None:
                     self.metrics.drain_duration.observe(max(0.0, record.ended - record.started))
-        return entry
+        return written
 
     def _ended_before(self, drain_id: str) -> bool:
         """Whether the history has the drain as ended (and so counted): it is being reopened."""
         entry = self.history.find(drain_id)
         return entry is not None and entry.get("outcome") is not None
 
-    def _write_finished(
-        self, drain: ActiveDrain, record: DrainRecord, lifecycle: Lifecycle
-    ) -> dict[str, object]:
-        opened = self._opened(drain, lifecycle.events.values())
-        entry = self._entry(_serving(record, opened), self._host(drain.drain_id))
-        self.history.append(entry)
+    def _write_finished(self, entry: Mapping[str, object]) -> dict[str, object]:
+        written = dict(entry)
+        self.history.append(written)
         self._persisted()
-        return entry
+        return written
 
     def _entry(self, record: DrainRecord, host: Host) -> dict[str, object]:
         """The drain's entry from its record; a reopened drain's over the entry of its first end."""

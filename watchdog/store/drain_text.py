@@ -12,15 +12,21 @@ from collections.abc import Mapping, Sequence
 
 from watchdog.core.drain_record import BEFORE_RESTART, rehearsal_forecast
 from watchdog.core.ladder import KILL_NAME
-from watchdog.core.vocabulary import disposition_of
+from watchdog.core.vocabulary import Outcome, disposition_of
 from watchdog.core.workload import words_of
 from watchdog.store.drain_entry import EXITED, KILLED, RELEASED, SIGTERM_DEATHS, STILL_RUNNING, UNKNOWN
 
 Entry = Mapping[str, object]
+TIMED_OUT = Outcome.TIMED_OUT.value
 
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _sent(value: object) -> str:
+    """When a signal went, after the drain's start; none on file: an earlier run sent it, untimed."""
+    return BEFORE_RESTART if _num(value) is None else f"+{_secs(value)}"
 
 
 def _after(value: object) -> str:
@@ -41,7 +47,8 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _processes(entry: Entry) -> list[Mapping[str, object]]:
+def processes_of(entry: Entry) -> list[Mapping[str, object]]:
+    """The entry's processes (none when it has no list of them)."""
     processes = entry.get("processes")
     return [p for p in processes if isinstance(p, Mapping)] if isinstance(processes, list) else []
 
@@ -75,9 +82,34 @@ def one_line(entry: Entry) -> str:
     return f"{entry.get('outcome')}{tag}, started {entry.get('started')}{took}: {totals(entry)}"
 
 
+def ended_line(entry: Entry) -> str:
+    """A drain's end in one sentence, for the journal and a webhook: `status`'s line, and who lost their
+    progress at the deadline (`drain timed_out, started ..., after 5.0 min: 2 processes: 1 exited on
+    SIGTERM, 1 killed at the deadline; killed at the deadline, progress since its last checkpoint lost:
+    pid 4244 (python3)`)."""
+    line = f"drain {one_line(entry)}"
+    if entry.get("dry_run") or entry.get("outcome") != TIMED_OUT:
+        return line  # a rehearsal cost nothing; before the deadline nobody is left or killed
+    for end, how in (
+        (KILLED, "killed at the deadline"),
+        (STILL_RUNNING, "still holding a device at the deadline"),
+    ):
+        who = ", ".join(
+            f"pid {p.get('pid', '?')} ({_who(p)})" for p in processes_of(entry) if p.get("end") == end
+        )
+        line += f"; {how}, progress since its last checkpoint lost: {who}" if who else ""
+    return line
+
+
+def _who(proc: Mapping[str, object]) -> str:
+    """`python3`, or `python3, pod ml/trainer-0 container jax`: its name, and its workload where known."""
+    name, words = str(proc.get("name") or "name unknown"), words_of(proc.get("workload"))
+    return f"{name}, {words}" if words else name
+
+
 def totals(entry: Entry) -> str:
     """`3 processes: 2 exited on SIGTERM, 1 killed at the deadline` (a rehearsal: what would be sent)."""
-    procs = _processes(entry)
+    procs = processes_of(entry)
     head = _plural(len(procs), "process", "processes")
     if not procs:
         return "no process held a TPU device"
@@ -114,7 +146,7 @@ def process_line(proc: Mapping[str, object], *, dry_run: bool = False, live: boo
     offsets = sent if isinstance(sent, Mapping) else {}
     verb = "would send " if dry_run else ""
     names = _signals(proc, dry_run)
-    signals = ", ".join(f"{name} +{_secs(offsets.get(name))}" for name in names) or "not signalled"
+    signals = ", ".join(f"{name} {_sent(offsets.get(name))}" for name in names) or "not signalled"
     not_sent = proc.get("not_sent")
     if isinstance(not_sent, Mapping) and not_sent:
         signals += "; not sent: " + ", ".join(f"{k} ({v})" for k, v in not_sent.items())
@@ -171,12 +203,12 @@ def block(entry: Entry, *, state_drain_id: str | None = None) -> list[str]:
     lines.append(f"    Deadline: {entry.get('deadline', '?')} (then {entry.get('on_timeout', '?')})")
     if entry.get("ended"):
         lines.append(f"       Ended: {entry.get('ended')}, after {_secs(entry.get('duration'))}")
-    if entry.get("outcome") is None and not _processes(entry):
+    if entry.get("outcome") is None and not processes_of(entry):
         lines.append("   Processes: recorded when the drain ends (`tpu-watchdog status` shows them now)")
     else:
         lines.append(f"   Processes: {totals(entry)}")
     dry = bool(entry.get("dry_run"))
-    lines += [f"  {process_line(p, dry_run=dry)}" for p in _processes(entry)]
+    lines += [f"  {process_line(p, dry_run=dry)}" for p in processes_of(entry)]
     notes = entry.get("notes")
     lines += (
         [f"        note: {n}" for n in notes]
