@@ -57,6 +57,29 @@ def test_a_rehearsal_says_so_and_names_the_host_and_the_key() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("dry_run", "ask", "said"),
+    [
+        (True, "SIGTERM", "would send SIGTERM now"),
+        (False, "SIGINT", "SIGINT now"),
+        (False, "SIGTERM", "SIGTERM now"),
+    ],
+)
+def test_a_drain_s_start_names_the_ladder_s_signal_and_a_rehearsal_sends_none(
+    dry_run: bool, ask: str, said: str
+) -> None:
+    with WebhookReceiver(statuses=[]) as receiver:
+        sender = WebhookSender([receiver.url], backoff=0.01)
+        notices = Notices(sender, lambda: HOST, SystemClock(), dry_run=dry_run, ask=ask)
+        notices.drain_started(EVENT, EVENT.deadline or 0.0, "d1", resumed=False)
+        notices.drain_started(EVENT, EVENT.deadline or 0.0, "d1", resumed=False, late=True)
+        wait_for(lambda: len(receiver.delivered()) == 2, what="the notices")
+        sender.close(1.0)
+    first, reopened = (str(body["text"]) for body in receiver.delivered())
+    assert f"draining the TPU holders: {said}; deadline 16:36:03Z" in first, first
+    assert f"reopened: {said}; deadline" in reopened, reopened
+
+
 def test_drain_finished_tells_each_process_and_who_was_killed() -> None:
     record = DrainRecord(
         100.0, 1796142663.0, 400.0, "kill", dry_run=False, outcome=Outcome.TIMED_OUT, ended=400.1

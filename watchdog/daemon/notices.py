@@ -40,8 +40,10 @@ class Notices:
         host: Callable[[], Mapping[str, str]],
         clock: Clock,
         dry_run: bool,
+        ask: str = "SIGTERM",
     ) -> None:
-        self.sender, self.host, self.clock, self.dry_run = sender, host, clock, dry_run
+        """`ask`: the ladder's asking signal, named at a drain's start (changed by a restart, as `dry_run`)."""
+        self.sender, self.host, self.clock, self.dry_run, self.ask = sender, host, clock, dry_run, ask
         self._retiring: list[tuple[WebhookSender, threading.Thread]] = []  # replaced, still delivering
 
     def use(self, sender: WebhookSender | None) -> None:
@@ -89,15 +91,16 @@ class Notices:
     def drain_started(
         self, event: Event | None, deadline: float, drain_id: str, resumed: bool, late: bool = False
     ) -> None:
+        send = f"would send {self.ask}" if self.dry_run else self.ask  # a rehearsal sends nothing
         if resumed:
             what = "resuming the drain"
         elif late:
             what = (
                 "a process opened a TPU device while the event is still on: it joins drain "
-                f"{drain_id}, reopened: SIGTERM now"
+                f"{drain_id}, reopened: {send} now"
             )
         else:
-            what = "draining the TPU holders: SIGTERM now"
+            what = f"draining the TPU holders: {send} now"
         text = f"{what}; deadline {_hms(deadline)} ({time_left(deadline, self.clock.wall())})"
         self._send("drain_started", event, text, deadline=_time(deadline), drain_id=drain_id, late=late)
 
