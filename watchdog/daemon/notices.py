@@ -42,7 +42,7 @@ class Notices:
         dry_run: bool,
         ask: str = "SIGTERM",
     ) -> None:
-        """`ask`: the ladder's asking signal, named at a drain's start (changed by a restart, as `dry_run`)."""
+        """`ask`: the ladder's asking signal, named at a drain's start (a restart changes it, as dry_run)."""
         self.sender, self.host, self.clock, self.dry_run, self.ask = sender, host, clock, dry_run, ask
         self._retiring: list[tuple[WebhookSender, threading.Thread]] = []  # replaced, still delivering
 
