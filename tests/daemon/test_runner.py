@@ -4,6 +4,7 @@ resumed drain keeps the deadline and the SIGKILL of what was signalled before th
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import signal
 import threading
@@ -13,15 +14,18 @@ from tests.support.workloads import OwnScanner, Workloads
 from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
 from watchdog.core.drain import DrainPlan
-from watchdog.core.drain_record import DrainRecord, Outcome
+from watchdog.core.drain_record import DrainRecord, End, ExitStatus, Outcome
 from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.moments import HoldersFound, ProcessSignalled
+from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.index import HoldersScanned
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.runner import DrainOrder, DrainReport, DrainRunner, ThreadReturned
+from watchdog.daemon.runner import DrainOrder, DrainReport, DrainRunner, ThreadReturned, earlier_processes
 from watchdog.daemon.telling import SignalCounter, Telling
 from watchdog.host.holders import ScanResult
+from watchdog.host.procfs import start_time
+from watchdog.store.records import ExitRecord, SignalRecord
 from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
 
@@ -199,3 +203,29 @@ def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
     assert record is not None
     assert record.outcome is Outcome.EXITED, record
     assert not record.processes[new.identity].late_arrival
+
+
+def test_a_resumed_drain_tells_an_earlier_end_as_the_earlier_run_saw_it() -> None:
+    """The state file kept how each signalled process ended: the resumed drain has its time and status;
+    one with no end on file (it ended while no daemon ran) is unseen, as before."""
+    me = os.getpid()
+    running = ProcessIdentity(me, start_time(me) or 0)  # still runs: it released the device
+    gone, unseen = ProcessIdentity(me, 1), ProcessIdentity(me, 2)  # this PID, another process: ended
+    on_file = [SignalRecord(i, "train", "SIGTERM", 1000.0, 1000.1, "sent") for i in (running, gone, unseen)]
+    ends = {
+        running: ExitRecord(running, "released", 1002.0),
+        gone: ExitRecord(gone, "exited", 1003.5, None, signal.SIGTERM),
+    }
+    procs = {p.identity: p for p in earlier_processes(on_file, ends, [], False, lambda wall: wall - 1000.0)}
+    assert (procs[running].end, procs[running].ended_at, procs[running].exit_status) == (
+        End.RELEASED,
+        2.0,
+        None,
+    )
+    assert (procs[gone].end, procs[gone].ended_at) == (End.EXITED, 3.5)
+    assert procs[gone].exit_status == ExitStatus(signal=signal.SIGTERM)
+    assert (procs[unseen].end, procs[unseen].ended_at, procs[unseen].exit_status) == (
+        End.EXITED,
+        None,
+        ExitStatus(),
+    )

@@ -13,6 +13,7 @@ from watchdog.core.lifecycle import ActiveDrain, Event, Lifecycle, Trigger, drai
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.store.records import (
+    ExitRecord,
     SavedState,
     SignalRecord,
     StateFormatError,
@@ -31,6 +32,7 @@ STATE = SavedState(
         ),
         SignalRecord(ProcessIdentity(11, 6), "", "SIGKILL", 402.0),
     ),
+    exits=(ExitRecord(ProcessIdentity(10, 5), "exited", 103.25, None, 15),),
 )
 
 
@@ -96,12 +98,14 @@ def test_an_old_file_loads() -> None:
     data["drain"]["phase"] = "terminating"  # type: ignore[index]
     del data["last_dry_run"]  # before rehearsals were told apart: a real drain
     del data["signals"][0]["sigterm"]  # type: ignore[index]  # before dispositions were written ahead
+    del data["exits"]  # before the processes' ends were kept: unseen, as then
     state = SavedState.from_json(data)
     (event,) = state.events
     assert (event.deadline, event.confirmed) == (None, False)
     assert state.drain == ActiveDrain(["ev"], 101.0, 401.0, drain_id=drain_id_at(101.0))
     assert state.last_dry_run is False
     assert state.signals[0].sigterm is None
+    assert state.exits == ()
 
 
 def test_a_disposition_this_version_does_not_know_is_taken_as_unknown() -> None:
@@ -136,6 +140,11 @@ def good() -> dict[str, Any]:
         (lambda d: d["signals"][0].update(result=3), "signals[0].result: expected a string or null"),
         (lambda d: d["signals"][0].pop("sent_at"), "signals[0].sent_at: missing"),
         (lambda d: d["signals"][0].update(sigterm=15), "signals[0].sigterm: expected a string or null"),
+        (lambda d: d.update(exits={}), "exits: expected a list"),
+        (lambda d: d["exits"][0].update(end="killed"), "exits[0].end: expected one of exited, released"),
+        (lambda d: d["exits"][0].update(at=None), "exits[0].at: expected a number"),
+        (lambda d: d["exits"][0].update(code=-1), "exits[0].code: expected an integer >= 0"),
+        (lambda d: d["exits"][0].update(signal=0), "exits[0].signal: expected an integer >= 1"),
     ],
 )
 def test_wrong_shapes_are_rejected_with_the_field_and_reason(change: Any, reason: str) -> None:
@@ -151,6 +160,12 @@ def test_find_and_replace_signals() -> None:
     assert STATE.unconfirmed() == (STATE.signals[1],)
     sent = SignalRecord(ProcessIdentity(11, 6), "", "SIGKILL", 402.0, 403.0, "gone")
     assert STATE.with_signal(sent).signals == (STATE.signals[0], sent)
+
+
+def test_a_process_s_end_replaces_the_one_on_file_for_it() -> None:
+    again = ExitRecord(ProcessIdentity(10, 5), "exited", 104.0, 0, None)
+    other = ExitRecord(ProcessIdentity(11, 6), "released", 105.0)
+    assert STATE.with_exits([again, other]).exits == (again, other)
 
 
 def test_signal_names_and_enum_values() -> None:

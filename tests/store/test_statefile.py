@@ -17,7 +17,7 @@ import pytest
 
 from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
-from watchdog.store.records import Intent, SavedState, SignalRecord
+from watchdog.store.records import ExitRecord, Intent, SavedState, SignalRecord
 from watchdog.store.statefile import STATE_FILE, StateDirError, StateStore, read_boot_id
 
 BOOT = "6a1d0c52-0000-4000-8000-000000000001"
@@ -114,6 +114,17 @@ def test_an_intent_survives_a_real_crash_before_the_signal(tmp_path: Path) -> No
     assert not resumed.already_signalled(TERM, signal.SIGKILL)
     (intent,) = resumed.state.unconfirmed()
     assert (intent.identity, intent.signal, intent.sent_at) == (TERM, "SIGTERM", None)
+
+
+def test_the_processes_ends_are_kept_with_their_drain_and_go_with_it(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    begin(s)
+    s.record_intents([Intent(TERM, signal.SIGTERM, "trainer")])
+    ended = ExitRecord(TERM, "exited", 20.5, 0, None)
+    s.record_exits([ended])
+    assert store(tmp_path).state.exits == (ended,)
+    begin(s, event_id="ev-2", started_at=500.0)  # a new drain starts afresh: its processes' ends too
+    assert store(tmp_path).state.exits == ()
 
 
 def test_intent_is_recorded_once_per_event(tmp_path: Path) -> None:

@@ -175,7 +175,10 @@ class _Loop:
             if deadline is not None and core.move_deadline(deadline, self.clock.monotonic()):
                 self.dirty = True
             if stop.is_set():
+                for identity, status in self.exits.wait(0.0):  # ended before the stop: told, not lost
+                    core.observe_exit(identity, status, self.clock.monotonic())
                 core.interrupt(self.clock.monotonic())
+                self.dirty = True  # its last record is published: what ended is kept for the next run
             elif cancel.is_set():
                 core.cancel(self.clock.monotonic())
             elif core.wants_scan(self.clock.monotonic()):

@@ -30,14 +30,22 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
 from watchdog.core.drain import DrainPlan
-from watchdog.core.drain_record import UNKNOWN_EXIT, DrainRecord, End, ProcessRecord, SentSignal, SignalResult
+from watchdog.core.drain_record import (
+    UNKNOWN_EXIT,
+    DrainRecord,
+    End,
+    ExitStatus,
+    ProcessRecord,
+    SentSignal,
+    SignalResult,
+)
 from watchdog.core.ladder import Ladder
 from watchdog.core.lifecycle import ActiveDrain
 from watchdog.core.moments import HoldersFound, ProcessSignalled
@@ -49,7 +57,7 @@ from watchdog.daemon.outputs import Outputs
 from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
 from watchdog.host.exits import Wakeup
 from watchdog.host.procfs import start_time
-from watchdog.store.records import Intent, SignalRecord
+from watchdog.store.records import ExitRecord, Intent, SignalRecord
 from watchdog.store.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
@@ -57,6 +65,7 @@ log = logging.getLogger("tpu-watchdog")
 RESCAN_INTERVAL = 1.0  # s between scans while an event is on: a drain's rescans, and the late-arrival watch
 FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
 FLUSH_WAIT = 5.0  # longest a drain's end waits for its state-file writes (a stuck disk must not stop it)
+EXITS_EVERY = 1.0  # s between writes of the processes' ends while a drain runs (and one at its end)
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,7 @@ class DrainOrder:
     first_wave: tuple[Holder, ...] = ()  # from the warm index, re-checked (`first_wave`): signalled at once
     started_wall: float | None = None  # when the drain began (`ActiveDrain.started`): a resumed one keeps it
     on_file: tuple[SignalRecord, ...] = ()  # a resumed drain's signals in the state file (its own only)
+    exits_on_file: tuple[ExitRecord, ...] = ()  # and how an earlier run saw its processes end
     previous: DrainRecord | None = None  # a reopened drain's record from when it ended (this run's)
 
     def __post_init__(self) -> None:
@@ -164,6 +174,8 @@ class DrainRunner(DrainListener):
         self._order: DrainOrder | None = None
         self._deadline_now: float | None = None
         self._admits_now = True
+        self._exits_kept: set[ProcessIdentity] = set()  # the ends the state file has (`_keep_exits`)
+        self._next_exits = 0.0
 
     @property
     def running(self) -> bool:
@@ -217,16 +229,19 @@ class DrainRunner(DrainListener):
         previous = None  # a reopened drain's record from when it ended in this run: it goes on from there
         if active is not None and active.late and last_record and last_record.drain_id == active.drain_id:
             previous = last_record
+        mine = tuple(s for s in on_file if active and s.intent_at >= active.started)  # its own, not earlier
+        signalled = {s.identity for s in mine}
         return DrainOrder(
             cause, plan, deadline, tuple(active.event_ids) if active else (), first,
-            active.started if active else None,
-            tuple(s for s in on_file if active and s.intent_at >= active.started),  # its own, not earlier
-            previous,
+            active.started if active else None, on_file=mine, previous=previous,
+            exits_on_file=tuple(e for e in self.store.state.exits if e.identity in signalled),
         )  # fmt: skip
 
     def start(self, order: DrainOrder) -> None:
         """Run `order` in a new thread; it reports `ThreadReturned` at its end (None: the attempt failed)."""
         self.cancel = threading.Event()
+        self._exits_kept = {e.identity for e in order.exits_on_file}
+        self._next_exits = 0.0
         self._to_drain.clear()  # the order has the deadline and admission as they are now
         self._order, self._deadline_now, self._admits_now = order, order.plan.deadline, self._admit
         # The loop has queued the write of the drain's own state (`StateWriter.save`) before this: the
@@ -253,7 +268,8 @@ class DrainRunner(DrainListener):
                 started = previous.started
                 earlier = tuple(copy.deepcopy(list(previous.processes.values())))
             else:
-                earlier = earlier_processes(order.on_file, holders, scan_first, self._to_mono)
+                ends = {e.identity: e for e in order.exits_on_file}
+                earlier = earlier_processes(order.on_file, ends, holders, scan_first, self._to_mono)
             plan = replace(order.plan, scan_first=scan_first, started=started, earlier=earlier)
             signaller, exits = self.processes() if self.processes else (None, None)
             wake = self.wakeup if exits is None else None  # an injected waiter polls its own fds
@@ -359,9 +375,30 @@ class DrainRunner(DrainListener):
         ))  # fmt: skip
 
     def updated(self, record: DrainRecord) -> None:
+        self._keep_exits(record)
         if record.outcome is not None:
             self._flush()  # the drain's end is shown, and taken by the loop, once its writes are done
         self._report(RecordChanged(record))
+
+    def _keep_exits(self, record: DrainRecord) -> None:
+        """How each signalled process ended (exited, with its status, or released the device), written
+        behind and never waited for, at most every EXITS_EVERY s and at the drain's end: a run that resumes
+        the drain after a restart tells those ends as they were, not as unseen ("before the restart")."""
+        now = self.clock.monotonic()
+        if record.outcome is None and now < self._next_exits:
+            return
+        ends = []
+        for identity, proc in record.processes.items():
+            if identity in self._exits_kept or proc.ended_at is None or not proc.signals:
+                continue
+            if proc.end in (End.EXITED, End.RELEASED):
+                status = proc.exit_status or UNKNOWN_EXIT
+                at = record.wall(proc.ended_at)
+                ends.append(ExitRecord(identity, proc.end.value, at, status.code, status.signal))
+        if ends:
+            self._next_exits = now + EXITS_EVERY
+            self._exits_kept.update(e.identity for e in ends)
+            self.writer.exits(ends)
 
     def scanned(self, holders: Sequence[Holder]) -> None:
         self._report(HoldersNow(tuple(holders)))
@@ -385,13 +422,14 @@ class DrainRunner(DrainListener):
 
 
 def earlier_processes(
-    on_file: Sequence[SignalRecord], holders: Sequence[Holder], exited_only: bool,
-    to_mono: Callable[[float], float],
+    on_file: Sequence[SignalRecord], ends: Mapping[ProcessIdentity, ExitRecord], holders: Sequence[Holder],
+    exited_only: bool, to_mono: Callable[[float], float],
 ) -> tuple[ProcessRecord, ...]:  # fmt: skip
-    """A resumed drain's processes that an earlier run signalled and that hold no device now: exited (how,
-    unknown: it ended while the daemon was down) or, still running, released it. `exited_only`: the holders
-    came from the warm index, not a full scan, so a running one may still hold a device (the scan decides).
-    Their signals keep the times the file has (`to_mono`: a wall time on the drain's clock)."""
+    """A resumed drain's processes that an earlier run signalled and that hold no device now: exited or,
+    still running, released it; when and how as that run saw it (`ends`, the state file's), else unseen
+    (it ended while the daemon was down). `exited_only`: the holders came from the warm index, not a full
+    scan, so a running one may still hold a device (the scan decides). Their signals keep the times the
+    file has (`to_mono`: a wall time on the drain's clock)."""
     held = {h.identity for h in holders}
     grouped: dict[ProcessIdentity, list[SignalRecord]] = {}
     for s in on_file:
@@ -409,6 +447,10 @@ def earlier_processes(
             proc.signals.append(SentSignal(int(signal.Signals[r.signal]), at, result))
         proc.end = End.RELEASED if running else End.EXITED
         proc.exit_status = None if running else UNKNOWN_EXIT
+        seen = ends.get(identity)
+        if seen is not None and seen.end == proc.end.value:  # as the earlier run saw it end
+            proc.ended_at = to_mono(seen.at)
+            proc.exit_status = None if running else ExitStatus(seen.code, seen.signal)
         # Its disposition as written ahead: one that had none (SIGTERM at its default) died of it, unsaved.
         proc.sigterm = next((r.sigterm for r in records if r.sigterm is not None), None)
         found.append(proc)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 from watchdog.core.process import ProcessIdentity
 from watchdog.store.coalesced import Coalesced
-from watchdog.store.records import Intent, SavedState, signal_name
+from watchdog.store.records import ExitRecord, Intent, SavedState, signal_name
 from watchdog.store.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
@@ -99,6 +99,10 @@ class StateWriter:
     def sents(self, sent: Sequence[tuple[ProcessIdentity, int, str]]) -> None:
         """Queue what became of a wave's signals (identity, signal, SignalResult value)."""
         self._submit(lambda: self._store.record_sents(sent, durable=False))
+
+    def exits(self, exits: Sequence[ExitRecord]) -> None:
+        """Queue how signalled processes ended (`ExitRecord`), never waited for."""
+        self._submit(lambda: self._store.record_exits(exits, durable=False))
 
     def flush(self, wait: float) -> bool:
         """Wait until everything queued so far is written (at most `wait` s); True if it was."""

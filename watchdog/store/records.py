@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -233,6 +233,43 @@ class SignalRecord:
 
 
 @dataclass(frozen=True)
+class ExitRecord:
+    """How a signalled process stopped holding its device, as a run saw it: exited (its exit status when
+    it could be read) or released the device, and when. Written behind, never waited for: a run that
+    resumes the drain after a restart tells that end with its time and status, not as unseen."""
+
+    identity: ProcessIdentity
+    end: str  # "exited" | "released" (an `End` value)
+    at: float  # wall clock
+    code: int | None = None  # the exit code, when it was read
+    signal: int | None = None  # the signal that killed it, when it was read
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pid": self.identity.pid,
+            "start_time": self.identity.start_time,
+            "end": self.end,
+            "at": self.at,
+            "code": self.code,
+            "signal": self.signal,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, where: str) -> ExitRecord:
+        r = _Reader(data, where)
+        identity = ProcessIdentity(r.integer("pid", minimum=1), r.integer("start_time"))
+        end = r.string("end")
+        if end not in EXIT_ENDS:
+            raise StateFormatError(f"{where}.end: expected one of {', '.join(EXIT_ENDS)}, got {end!r:.60}")
+        code = None if r.data.get("code") is None else r.integer("code")
+        signum = None if r.data.get("signal") is None else r.integer("signal", minimum=1)
+        return cls(identity, end, r.time("at"), code, signum)
+
+
+EXIT_ENDS = ("exited", "released")  # the ends an `ExitRecord` keeps: those a restarted run cannot see
+
+
+@dataclass(frozen=True)
 class SavedState:
     """Everything the daemon must remember across a restart of itself (not of the machine: see boot_id),
     as the file says it: the lifecycle's events and drain (copies, as a reload gives them back), and the
@@ -248,6 +285,7 @@ class SavedState:
     last_dry_run: bool = False  # the last drain was a rehearsal (absent from files of older versions)
     ended_drain: ActiveDrain | None = None  # the drain that ended while its events are on: a late arrival
     ended_at: float | None = None  # joins it after a restart too; when it (first) ended (absent: older files)
+    exits: tuple[ExitRecord, ...] = ()  # how the signalled processes ended, as seen (absent: older files)
 
     @property
     def empty(self) -> bool:
@@ -261,6 +299,11 @@ class SavedState:
     def unconfirmed(self) -> tuple[SignalRecord, ...]:
         """Signals written as intended but never marked sent: a crash came between. Treat as possibly sent."""
         return tuple(s for s in self.signals if not s.confirmed)
+
+    def with_exits(self, exits: Iterable[ExitRecord]) -> SavedState:
+        """This state with each of `exits` replacing the one for the same process (or added)."""
+        by_process = {e.identity: e for e in (*self.exits, *exits)}
+        return replace(self, exits=tuple(by_process.values()))
 
     def with_signal(self, record: SignalRecord) -> SavedState:
         """This state with `record` replacing the one for the same process and signal (or added)."""
@@ -280,6 +323,7 @@ class SavedState:
             "ended_drain": drain_to_json(self.ended_drain, self.on_timeout) if self.ended_drain else None,
             "ended_at": self.ended_at,
             "signals": [s.to_json() for s in self.signals],
+            "exits": [e.to_json() for e in self.exits],
         }
 
     @classmethod
@@ -305,6 +349,8 @@ class SavedState:
         ended = r.child("ended_drain", optional=True) if "ended_drain" in r.data else None
         ended_drain = drain_from_json(ended.data, "ended_drain")[0] if ended else None
         ended_at = r.optional_time("ended_at") if "ended_at" in r.data else None
+        on_file = r.items("exits") if "exits" in r.data else []  # absent in a file of an older version
+        exits = tuple(ExitRecord.from_json(e.data, e.where) for e in on_file)
         return cls(
             boot_id=boot_id,
             events=events,
@@ -315,4 +361,5 @@ class SavedState:
             last_dry_run=last_dry_run,
             ended_drain=ended_drain,
             ended_at=ended_at,
+            exits=exits,
         )

@@ -27,7 +27,15 @@ from watchdog.core.lifecycle import ActiveDrain, Event
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import DEFAULT_ON_TIMEOUT, OnTimeout
 from watchdog.store.files import link_unique, read_regular, unlink_quietly
-from watchdog.store.records import Intent, SavedState, SignalRecord, StateFormatError, plain, signal_name
+from watchdog.store.records import (
+    ExitRecord,
+    Intent,
+    SavedState,
+    SignalRecord,
+    StateFormatError,
+    plain,
+    signal_name,
+)
 
 STATE_FILE = "state.json"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -188,9 +196,11 @@ class StateStore:
                 and not saved_drain.late
                 and (state.drain is None or state.drain.started != saved_drain.started)
             )
-            signals = () if new_drain or (not saved_events and saved_drain is None) else state.signals
+            cleared = new_drain or (not saved_events and saved_drain is None)  # the signals go with the drain
+            signals, exits = ((), ()) if cleared else (state.signals, state.exits)
             state = replace(
                 state, events=saved_events, drain=saved_drain, last_outcome=last_outcome, signals=signals,
+                exits=exits,
                 on_timeout=on_timeout if saved_drain is not None else DEFAULT_ON_TIMEOUT,
                 last_dry_run=last_dry_run and last_outcome is not None, ended_drain=saved_ended,
                 ended_at=ended_at if saved_ended is not None else None,
@@ -256,6 +266,12 @@ class StateStore:
                     intent = SignalRecord(identity, "", signal_name(signal), now)
                 state = state.with_signal(replace(intent, sent_at=now, result=str(plain(result))))
             self._write(state, durable=durable)
+
+    def record_exits(self, exits: Iterable[ExitRecord], durable: bool = True) -> None:
+        """How signalled processes ended (`ExitRecord`), in one write (`durable`: as above); an end on file
+        for the same process is replaced."""
+        with self._lock:
+            self._write(self._state.with_exits(exits), durable=durable)
 
     def sync(self) -> None:
         """fsync the file as it is now, and its directory: what `durable=False` writes left for later.
