@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
+
+import pytest
 
 from tests.support.workloads import TEST_NUMBER, OwnScanner, Workloads
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.host.holders import HolderScanner
+from watchdog.host.procfs import FdDir
 
 
 def test_a_holder_still_holding_is_kept_with_what_it_holds(workloads: Workloads) -> None:
@@ -68,3 +72,30 @@ def test_newcomers_are_the_holders_among_the_pids_a_scan_had_not_seen(workloads:
     found = OwnScanner(workloads).newcomers(scan.pids)
     assert [h.identity for h in found] == [new.identity]  # the old holder is left to the full scan
     assert found[0].devices == (str(workloads.device),)
+
+
+def test_a_re_check_reads_the_fds_the_index_saw_holding_and_no_others(
+    workloads: Workloads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job with thousands of fds is re-checked in a readlink or two: the fd it held the device by."""
+    child = workloads.start("report")
+    (indexed,) = OwnScanner(workloads).scan().holders
+    (fd,) = indexed.fds
+    assert os.readlink(f"/proc/{child.popen.pid}/fd/{fd}") == str(workloads.device)
+
+    def every_fd(self: FdDir) -> list[tuple[str, str]]:
+        raise AssertionError("read every fd of the holder")
+
+    monkeypatch.setattr(FdDir, "links", every_fd)
+    (again,) = HolderScanner(patterns=[str(workloads.device)], allow_numbers=[TEST_NUMBER]).recheck([indexed])
+    assert (again.identity, again.devices, again.fds) == (child.identity, indexed.devices, indexed.fds)
+
+
+def test_a_holder_that_holds_the_device_by_another_fd_now_is_found_by_reading_them_all(
+    workloads: Workloads,
+) -> None:
+    workloads.start("report")
+    (indexed,) = OwnScanner(workloads).scan().holders
+    moved = dataclasses.replace(indexed, fds=("999",))  # as if it had closed that fd and opened another
+    (again,) = HolderScanner(patterns=[str(workloads.device)], allow_numbers=[TEST_NUMBER]).recheck([moved])
+    assert (again.identity, again.fds) == (indexed.identity, indexed.fds)

@@ -36,6 +36,7 @@ class Holder:
     ppid: int = 0
     sigterm: SigtermDisposition | None = None  # None: /proc did not say (a fixture tree, an odd kernel)
     workload: Workload = NO_WORKLOAD  # its systemd unit, container, pod (core/workload.py)
+    fds: tuple[str, ...] = ()  # the fds it held `devices` by, at the scan: a re-check reads these first
 
     @property
     def pid(self) -> int:

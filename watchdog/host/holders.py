@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -128,9 +128,10 @@ class HolderScanner:
         `holders`, `drill` and `readiness` all scan through this)."""
         return find_devices(self.patterns, self.extra_paths, self.allow_numbers, self.sys_root)
 
-    def _devices_held(self, pid: int, devices: DeviceSet, seen: SeenPaths) -> list[str] | None:
-        """The device paths (as the process sees them) that `pid` holds, or None if it has no fds at all
-        (a zombie or a kernel thread); raises ProcessGoneError/ProcessUnreadableError.
+    def _devices_held(self, pid: int, devices: DeviceSet, seen: SeenPaths) -> list[tuple[str, str]] | None:
+        """The fds by which `pid` holds a device, each (fd name, the device's path as the process sees it),
+        or None if it has no fds at all (a zombie or a kernel thread); raises
+        ProcessGoneError/ProcessUnreadableError.
 
         `seen` remembers, for one scan, whether (mount namespace, path) is a device we look for: most fds
         of most processes point at the same few files (/dev/null, logs), stat-ed once instead of per fd.
@@ -140,7 +141,7 @@ class HolderScanner:
             links = fds.links()
             if not links:
                 return None
-            held = [target for _, target in links if target in paths]
+            held = [(name, target) for name, target in links if target in paths]
             # Sockets, pipes and anon inodes ("socket:[12]") are never device nodes: only paths get a stat.
             to_stat = [(name, target) for name, target in links if target[:1] == "/" and target not in paths]
             if not to_stat:
@@ -157,7 +158,24 @@ class HolderScanner:
                     if not target.endswith(" (deleted)"):
                         known[target] = match
                 if match:
-                    held.append(target)
+                    held.append((name, target))
+        return held
+
+    def _still_held(self, pid: int, fds: Sequence[str], devices: DeviceSet) -> list[tuple[str, str]]:
+        """Those of `fds` (an earlier scan's) by which `pid` still holds a device: one readlink each (and a
+        stat for a path that is not a watched node's), whatever else the process has open."""
+        paths, held = devices.paths, []
+        with self.procfs.fd_dir(pid) as open_fds:
+            for name in fds:
+                target = open_fds.link(name)
+                if target is None:
+                    continue
+                if target in paths:
+                    held.append((name, target))
+                elif target[:1] == "/":
+                    st = open_fds.stat(name)
+                    if st is not None and devices.matches_stat(st):
+                        held.append((name, target))
         return held
 
     def scan(self) -> ScanResult:
@@ -250,7 +268,8 @@ class HolderScanner:
                 before = self.procfs.stat(pid)
                 if before.start_time != holder.identity.start_time or before.is_zombie:
                     continue
-                held = self._devices_held(pid, devices, {})
+                # The fds it held them by first (a few reads, however many fds it has), then all of them.
+                held = self._still_held(pid, holder.fds, devices) or self._devices_held(pid, devices, {})
                 if not held or self.procfs.stat(pid).start_time != holder.identity.start_time:
                     continue
             except (ProcessGoneError, ProcessUnreadableError):
@@ -259,7 +278,8 @@ class HolderScanner:
                 sigterm = self.procfs.status(pid)[1]
             except (ProcessGoneError, ProcessUnreadableError):
                 sigterm = None  # not known, rather than what it was
-            still.append(dataclasses.replace(holder, devices=tuple(sorted(set(held))), sigterm=sigterm))
+            paths, fds = _held(held)
+            still.append(dataclasses.replace(holder, devices=paths, fds=fds, sigterm=sigterm))
         return still
 
     def _scan_pids(self, pids: list[int], devices: DeviceSet, seen: SeenPaths, tally: _Tally) -> None:
@@ -310,18 +330,26 @@ class HolderScanner:
         if cmdline and os.path.basename(cmdline[0]) in self.excludes.names:
             return None
         held = self._devices_held(pid, devices, {}) or []  # closed them (or exited) since the first read
+        paths, fds = _held(held)
         cgroup = procfs.cgroup_text(pid)
         return Holder(
             identity=ProcessIdentity(pid, st.start_time),
             name=st.name,
             cmdline=cmdline,
             uid=uid,
-            devices=tuple(sorted(set(held))),
+            devices=paths,
             cgroup=pick_cgroup(cgroup),
             ppid=st.ppid,
             sigterm=sigterm,
             workload=self.workloads.read(pid, cgroup),
+            fds=fds,
         )
+
+
+def _held(held: Sequence[tuple[str, str]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A holder's `devices` (each path once, sorted) and `fds` (in fd order) from what it holds them by."""
+    devices = tuple(sorted({target for _, target in held}))
+    return devices, tuple(sorted({name for name, _ in held}, key=lambda name: (len(name), name)))
 
 
 def nodes_present(patterns: Iterable[str]) -> bool:

@@ -377,6 +377,15 @@ class FdDir:
         except OSError as exc:
             raise _raise_for(exc, self.pid, "fd") from None
 
+    def link(self, name: str) -> str | None:
+        """Where fd `name` points (`links`' target), or None if it is not open (closed meanwhile)."""
+        try:
+            return os.readlink(name, dir_fd=self._dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _raise_for(exc, self.pid, f"fd {name}") from None
+
     def mount_namespace(self) -> str | None:
         """The process's mount namespace ("mnt:[4026531841]"): within one, a path names one file. None when
         unknown (no ns/ in a fixture tree, or not allowed). Read beside the open fd dir: the same process."""
