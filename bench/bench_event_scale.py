@@ -2,15 +2,14 @@
 
 One private PID namespace (nothing outside it can be signalled). Other processes are families of sleepers
 holding 26 fds each (the busy host of `bench holders`), added in steps. At each size, daemons of two trees
-take turns, ROUNDS each, interleaved: BEFORE (a checkout given as `EVENT_SCALE_BEFORE=/path`; by default this
-repository's `main`, extracted) and AFTER (this tree). For each of EVENTS events: a holder that has held the
-device since before the daemon's last scan (the warm index has it) and a new job forked just before the event
-(a PID the index has not seen: scanned first, before the full scan); PUT of TERMINATE_ON_HOST_MAINTENANCE on
-the fake at t0, and each one's SIGTERM handler writes its CLOCK_MONOTONIC time to a pipe; then NONE, the
-daemon back to idle with the new job gone, and its CPU time still for 0.3 s (the scan after a drain is over:
-on a real host the next event comes long after).
-Both must be signalled every time: a missed one fails the benchmark.
-"""
+take turns, ROUNDS each, interleaved: BEFORE (`EVENT_SCALE_BEFORE`: a checkout's path or a commit; by default
+this repository's `main`, extracted) and AFTER (this tree). For each of EVENTS events: a holder that has held
+the device since before the daemon's last scan (the warm index has it) and a new job forked just before the
+event (a PID the index has not seen: scanned first, before the full scan); PUT of
+TERMINATE_ON_HOST_MAINTENANCE on the fake at t0, and each one's SIGTERM handler writes its CLOCK_MONOTONIC
+time to a pipe; then NONE, the daemon back to idle with the new job gone, and its CPU time still for 0.3 s
+(the scan after a drain is over: on a real host the next event comes long after). Both must be signalled every
+time: a missed one fails the benchmark."""
 
 from __future__ import annotations
 
@@ -193,25 +192,32 @@ print(json.dumps(results))
 """
 
 
-def _main_checkout(into: Path) -> str:
-    """This repository's local `main`, extracted to `into`; its short commit id."""
+def _main_checkout(into: Path, rev: str = "main") -> str:
+    """This repository's `rev` (its local `main` by default), extracted to `into`; its short commit id."""
     into.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "main"], stdout=subprocess.PIPE, check=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], stdout=subprocess.PIPE, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "main"], stdout=subprocess.PIPE,
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], stdout=subprocess.PIPE,
                             text=True, check=True)  # fmt: skip
     return commit.stdout.strip()
+
+
+def before_tree(variable: str, into: Path) -> tuple[str, str]:
+    """The BEFORE tree and how the page names it: the checkout `variable` names (a directory, named by
+    the variable, never by its path: the page is read elsewhere), or the commit it names, or `main`."""
+    given = os.environ.get(variable)
+    if given and Path(given).is_dir():
+        return given, f"the tree `{variable}` names"
+    commit = _main_checkout(into, given or "main")
+    return str(into), f"main at {commit}" if not given else f"commit {commit}"
 
 
 def run() -> str:
     sizes = json.loads(os.environ.get("EVENT_SCALE_SIZES", json.dumps(SIZES)))
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-event-scale-") as tmp:
-        before = os.environ.get("EVENT_SCALE_BEFORE")
-        # A BEFORE tree is named by the variable, never by its path: the section is read elsewhere.
-        main = None if before else _main_checkout(Path(tmp) / "main")
-        label = f"main at {main}" if main else "the tree `EVENT_SCALE_BEFORE` names"
-        trees = {"before": before or str(Path(tmp) / "main"), "after": str(REPO)}
+        before, label = before_tree("EVENT_SCALE_BEFORE", Path(tmp) / "before")
+        trees = {"before": before, "after": str(REPO)}
         done = subprocess.run(
             ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER, tmp,
              json.dumps(trees), json.dumps(sizes), str(EVENTS), str(ROUNDS)],

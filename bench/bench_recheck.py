@@ -4,21 +4,20 @@ At an event the loop re-checks each holder of the last scan before its first SIG
 start time) and still holding a device. A TPU job may hold thousands of fds (libraries, sockets, files
 of its data pipeline). A holder of the device node at one fd opens N more (/dev/null); the scanner scans
 once, then re-checks it 200 times, in a process of each tree's own; the trees take turns, RUNS times each
-(BEFORE: a checkout given as `RECHECK_BEFORE=/path`, else this repository's `main`, extracted; AFTER:
-this tree). The figure is the median re-check, and the median over the runs.
+(BEFORE: `RECHECK_BEFORE`, a checkout's path or a commit, else this repository's `main`, extracted;
+AFTER: this tree). The figure is the median re-check, and the median over the runs.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.bench_event_scale import _main_checkout
+from bench.bench_event_scale import before_tree
 
 REPO = Path(__file__).resolve().parents[1]
 FDS = (100, 2000, 10000)  # other fds the holder has open
@@ -68,10 +67,8 @@ def _median_ms(tree: str, fds: int) -> float:
 
 def run() -> str:
     with tempfile.TemporaryDirectory(prefix="bench-recheck-") as tmp:
-        before = os.environ.get("RECHECK_BEFORE")
-        main = None if before else _main_checkout(Path(tmp) / "main")
-        label = f"main at {main}" if main else "the tree `RECHECK_BEFORE` names"
-        trees = {"before": before or str(Path(tmp) / "main"), "after": str(REPO)}
+        before, label = before_tree("RECHECK_BEFORE", Path(tmp) / "before")
+        trees = {"before": before, "after": str(REPO)}
         got: dict[int, dict[str, list[float]]] = {n: {"before": [], "after": []} for n in FDS}
         for _ in range(RUNS):
             for fds in FDS:
