@@ -294,10 +294,11 @@ in these figures: the load column is the 1-minute load average at the end of eac
 | --- | --- | --- | --- | --- | --- | --- |
 {rows}
 
-What wakes an idle daemon: each watch when its hanging GET answers (the server returns every 60 s with no
-change, so 3 answers a minute), the metadata deadline thread about once per read timeout, the holder index
-for its scan every HOLDER_REFRESH = {HOLDER_REFRESH:g} s (half of that after the watches' answers: threads
-that wake together hand the GIL to each other, a context switch each time), and the main loop, which
+What wakes an idle daemon: each watch when its hanging GET answers (the server returns every 60, 58 and 56 s
+with no change, about 3 answers a minute, apart), the metadata deadline thread about once per read timeout,
+the holder index for its scan every HOLDER_REFRESH = {HOLDER_REFRESH:g} s (half of that after the watches'
+answers: threads that wake together hand the GIL to each other, a context switch each time), and the main
+loop, which
 sleeps until its next due time: idle, the look at the device nodes every DEVICE_CHECK = {DEVICE_CHECK:g} s
 (a due time kept on the wall clock, such as a notice's before-window SIGTERM, is looked at again every
 LOOP_CEILING = {LOOP_CEILING:g} s). Every other thread blocks without a timeout: the HTTP listener until a

@@ -26,6 +26,7 @@ from watchdog.metadata.watch import (
     WatchFailed,
     WatchMode,
     WatchTiming,
+    staggered,
 )
 
 FAST = WatchTiming(
@@ -450,3 +451,14 @@ def test_a_log_that_raises_on_every_line_never_ends_a_watch(
     assert watch.alive
     assert len(told) == len(lines.refused()) >= 4  # the reset, the return, two values: each told
     assert all(isinstance(error, RuntimeError) for error in told)
+
+
+def test_the_keys_hanging_gets_ask_timeouts_apart(
+    transport: MetadataTransport, recorder: Recorder, stop: threading.Event
+) -> None:
+    """Asked with one timeout, the three answers came at one instant every minute, and their threads woke
+    together and handed the GIL around (docs/benchmarks.md, idle footprint). A short test timeout stays."""
+    watcher = MetadataWatcher(transport, recorder, stop, timeout_sec=60)
+    assert [w._timeout_sec for w in watcher.watches] == [60, 58, 56]  # what each GET asks
+    assert [staggered(2, i) for i in range(3)] == [2, 2, 2]
+    assert staggered(1, 40) == 1  # never 0: that would be a plain GET answered at once, in a loop
