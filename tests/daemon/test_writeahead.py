@@ -20,7 +20,7 @@ from tests.support.workloads import Workloads
 from watchdog.core.drain_record import Outcome
 from watchdog.core.process import ProcessIdentity
 from watchdog.daemon.writeahead import StateWriter
-from watchdog.store.records import Intent, SavedState
+from watchdog.store.records import ExitRecord, Intent, SavedState
 from watchdog.store.statefile import StateStore
 
 
@@ -170,3 +170,25 @@ def test_a_failed_save_does_not_hold_back_the_wave_it_carried(state_dir: Path) -
     asked.join(10)
     assert not asked.is_alive(), "the wave waited out its 30 s after the save carrying it failed"
     assert writer.flush(10)
+
+
+def test_ends_that_come_while_the_writer_is_busy_go_in_one_write(state_dir: Path) -> None:
+    """A burst of exits (a thousand processes leaving within a second) is not a write per batch."""
+    store = StateStore(str(state_dir), fsync=lambda fd: None)
+    writer = StateWriter(store, changed=lambda: None)
+    writes: list[int] = []
+    record_exits = store.record_exits
+
+    def counted(exits: list[ExitRecord], durable: bool = True) -> None:
+        writes.append(len(exits))
+        record_exits(exits, durable)
+
+    store.record_exits = counted  # type: ignore[method-assign]
+    busy = BusyWriter(writer)
+    first, second = (ExitRecord(ProcessIdentity(pid, 1), "exited", 10.0 + pid) for pid in (100, 200))
+    writer.exits([first])
+    writer.exits([second])  # its batch is still queued: it joins it
+    busy.free()
+    assert writer.flush(10)
+    assert writes == [2]
+    assert {e.identity.pid for e in store.state.exits} == {100, 200}

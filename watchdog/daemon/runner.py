@@ -65,7 +65,6 @@ log = logging.getLogger("tpu-watchdog")
 RESCAN_INTERVAL = 1.0  # s between scans while an event is on: a drain's rescans, and the late-arrival watch
 FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
 FLUSH_WAIT = 5.0  # longest a drain's end waits for its state-file writes (a stuck disk must not stop it)
-EXITS_EVERY = 1.0  # s between writes of the processes' ends while a drain runs (and one at its end)
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,6 @@ class DrainRunner(DrainListener):
         self._deadline_now: float | None = None
         self._admits_now = True
         self._exits_kept: set[ProcessIdentity] = set()  # the ends the state file has (`_keep_exits`)
-        self._next_exits = 0.0
 
     @property
     def running(self) -> bool:
@@ -241,7 +239,6 @@ class DrainRunner(DrainListener):
         """Run `order` in a new thread; it reports `ThreadReturned` at its end (None: the attempt failed)."""
         self.cancel = threading.Event()
         self._exits_kept = {e.identity for e in order.exits_on_file}
-        self._next_exits = 0.0
         self._to_drain.clear()  # the order has the deadline and admission as they are now
         self._order, self._deadline_now, self._admits_now = order, order.plan.deadline, self._admit
         # The loop has queued the write of the drain's own state (`StateWriter.save`) before this: the
@@ -382,11 +379,9 @@ class DrainRunner(DrainListener):
 
     def _keep_exits(self, record: DrainRecord) -> None:
         """How each signalled process ended (exited, with its status, or released the device), written
-        behind and never waited for, at most every EXITS_EVERY s and at the drain's end: a run that resumes
-        the drain after a restart tells those ends as they were, not as unseen ("before the restart")."""
-        now = self.clock.monotonic()
-        if record.outcome is None and now < self._next_exits:
-            return
+        behind as the drain publishes it, never waited for (the writer puts a burst in one write): a run
+        that resumes the drain after a restart tells those ends as they were, not as unseen ("before the
+        restart")."""
         ends = []
         for identity, proc in record.processes.items():
             if identity in self._exits_kept or proc.ended_at is None or not proc.signals:
@@ -396,7 +391,6 @@ class DrainRunner(DrainListener):
                 at = record.wall(proc.ended_at)
                 ends.append(ExitRecord(identity, proc.end.value, at, status.code, status.signal))
         if ends:
-            self._next_exits = now + EXITS_EVERY
             self._exits_kept.update(e.identity for e in ends)
             self.writer.exits(ends)
 

@@ -47,6 +47,7 @@ class StateWriter:
         self._lock = threading.Lock()
         self._running = False
         self._queued: dict[tuple[ProcessIdentity, str], threading.Event] = {}  # intents in a queued save
+        self._ends: list[ExitRecord] | None = None  # processes' ends queued, their write not yet begun
         self._syncer = Coalesced(store.sync, "state-syncer", "making the state file durable")
 
     def intents(self, intents: Sequence[Intent], wait: float = WRITE_AHEAD_WAIT) -> bool:
@@ -101,8 +102,21 @@ class StateWriter:
         self._submit(lambda: self._store.record_sents(sent, durable=False))
 
     def exits(self, exits: Sequence[ExitRecord]) -> None:
-        """Queue how signalled processes ended (`ExitRecord`), never waited for."""
-        self._submit(lambda: self._store.record_exits(exits, durable=False))
+        """Queue how signalled processes ended (`ExitRecord`), never waited for. Ends that come while an
+        earlier batch waits for the writer join its write: a burst of exits costs a write per write's
+        time, not one per batch."""
+        with self._lock:
+            if self._ends is not None:
+                self._ends.extend(exits)
+                return
+            batch = self._ends = list(exits)
+
+        def job() -> None:
+            with self._lock:
+                self._ends = None  # from now on, ends go in the next write
+            self._store.record_exits(batch, durable=False)
+
+        self._submit(job)
 
     def flush(self, wait: float) -> bool:
         """Wait until everything queued so far is written (at most `wait` s); True if it was."""

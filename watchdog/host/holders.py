@@ -164,7 +164,9 @@ class HolderScanner:
     def _still_held(self, pid: int, fds: Sequence[str], devices: DeviceSet) -> list[tuple[str, str]]:
         """Those of `fds` (an earlier scan's) by which `pid` still holds a device: one readlink each (and a
         stat for a path that is not a watched node's), whatever else the process has open."""
-        paths, held = devices.paths, []
+        paths, held = devices.paths, list[tuple[str, str]]()
+        if not fds:
+            return held
         with self.procfs.fd_dir(pid) as open_fds:
             for name in fds:
                 target = open_fds.link(name)
