@@ -4,6 +4,7 @@ by its key, a one-line text a chat shows as it is, and a rehearsal marked as one
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 
 import pytest
 
@@ -20,14 +21,16 @@ from watchdog.core.drain_record import (
     SignalResult,
 )
 from watchdog.core.identity import HostIdentity
+from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import Event
+from watchdog.core.moments import HoldersFound
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, SigtermDisposition
 from watchdog.core.workload import Workload
 from watchdog.daemon import notices
 from watchdog.daemon.notices import Notices
 from watchdog.store.drain_entry import entry_from_record
-from watchdog.store.drain_text import ended_line
+from watchdog.store.drain_text import ended_line, started_line
 from watchdog.surface.webhooks import FailureReason, WebhookSender
 
 HOST = HostIdentity(instance_id="42", instance_name="t1v-n-0", zone="us-central2-b", accelerator_type="v4-8",
@@ -60,24 +63,36 @@ def test_a_rehearsal_says_so_and_names_the_host_and_the_key() -> None:
 @pytest.mark.parametrize(
     ("dry_run", "ask", "said"),
     [
-        (True, "SIGTERM", "would send SIGTERM now"),
-        (False, "SIGINT", "SIGINT now"),
-        (False, "SIGTERM", "SIGTERM now"),
+        (True, signal.SIGTERM, "would send SIGTERM now"),
+        (False, signal.SIGINT, "SIGINT now"),
+        (False, signal.SIGTERM, "SIGTERM now"),
     ],
 )
-def test_a_drain_s_start_names_the_ladder_s_signal_and_a_rehearsal_sends_none(
-    dry_run: bool, ask: str, said: str
+def test_a_drain_s_start_is_the_journal_s_sentence_with_the_ladder_s_signal(
+    dry_run: bool, ask: int, said: str
 ) -> None:
+    """drain_started says what the journal says (`started_line`): the holders, the ladder's asking signal
+    (a rehearsal's "would send"), the deadline; a reopened drain names who still gets the signal."""
+    found = HoldersFound("preempted", "d1", False, 3, 3, ladder_for("kill", ask=ask), dry_run, None,
+                         EVENT.deadline or 0.0, (EVENT.deadline or 0.0) - 30.0)  # fmt: skip
+    reopened = replace(found, cause="late", late=True, holders=4, fresh=1, started_wall=EVENT.first_seen)
     with WebhookReceiver(statuses=[]) as receiver:
         sender = WebhookSender([receiver.url], backoff=0.01)
-        notices = Notices(sender, lambda: HOST, SystemClock(), dry_run=dry_run, ask=ask)
-        notices.drain_started(EVENT, EVENT.deadline or 0.0, "d1", resumed=False)
-        notices.drain_started(EVENT, EVENT.deadline or 0.0, "d1", resumed=False, late=True)
+        notices = Notices(sender, lambda: HOST, SystemClock(), dry_run=dry_run)
+        notices.drain_started(EVENT, found)
+        notices.drain_started(EVENT, reopened)
         wait_for(lambda: len(receiver.delivered()) == 2, what="the notices")
         sender.close(1.0)
-    first, reopened = (str(body["text"]) for body in receiver.delivered())
-    assert f"draining the TPU holders: {said}; deadline 16:36:03Z" in first, first
-    assert f"reopened: {said}; deadline" in reopened, reopened
+    first, second = receiver.delivered()
+    assert str(first["text"]).endswith(f": {'[dry run] ' if dry_run else ''}{started_line(found)}")
+    assert f"draining 3 TPU holder(s) for preempted: {said}, deadline 2026-12-01T16:36:03.006Z (in 30 s)" in (
+        str(first["text"])
+    )
+    assert (first["holders"], first["drain_id"], first["late"]) == (3, "d1", False)
+    assert first["deadline"] == "2026-12-01T16:36:03.006Z"
+    assert "late arrival: reopened drain d1 (started 2026-12-01T16:31:03.006Z)" in str(second["text"])
+    assert f"{said} to the 1 not yet signalled" in str(second["text"])
+    assert (second["holders"], second["late"]) == (4, True)
 
 
 def test_drain_finished_tells_each_process_and_who_was_killed() -> None:

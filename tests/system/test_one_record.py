@@ -87,6 +87,8 @@ def test_a_resumed_drain_keeps_its_start_and_its_processes_everywhere(
     assert said
     assert "SIGTERM now" not in said[-1]  # nothing is sent: both were signalled before
     assert f"resumed drain {drain_id}" in said[-1]
+    assert str(resumed["text"]).endswith(f": {said[-1]}")  # the drain's start: one sentence on both
+    assert resumed["holders"] == 1  # the one still there
 
 
 def test_the_holder_gauge_and_status_follow_the_drain_s_scans(

@@ -17,7 +17,6 @@ from watchdog.core.ladder import Ladder, signal_name
 from watchdog.core.lifecycle import CancelDrain, EventCleared, EventStarted, Lifecycle, MoveDeadline
 from watchdog.core.moments import (
     RESUMED,
-    RETRY,
     DaemonStarted,
     DrainEnded,
     DrainProgress,
@@ -28,7 +27,7 @@ from watchdog.core.moments import (
 )
 from watchdog.core.vocabulary import DaemonState, Outcome, Output
 from watchdog.core.workload import Workload
-from watchdog.store.drain_text import ended_line, process_line, processes_of
+from watchdog.store.drain_text import ended_line, process_line, processes_of, started_line
 from watchdog.surface.logs import fields, workload_fields
 
 log = logging.getLogger("tpu-watchdog")
@@ -88,23 +87,9 @@ class LogLines:
             self._ended(moment)
 
     def _found(self, moment: HoldersFound) -> None:
-        """The drain's first line: `draining 3 TPU holder(s) for preempted: SIGTERM now, deadline ...`; a
-        resumed, retried or reopened drain says who still gets the asking signal."""
-        ask = moment.ladder.ask.name
-        dry, send = ("[dry run] ", f"would send {ask}") if moment.dry_run else ("", ask)
-        if moment.cause in (RESUMED, RETRY) or moment.late:  # the same drain: the unsignalled get one
-            began = f" (started {utc_time(moment.started_wall)})" if moment.started_wall is not None else ""
-            cause = "reopened" if moment.cause not in (RESUMED, RETRY) else moment.cause
-            what = f"{cause} drain {moment.drain_id}{began}: {moment.holders} TPU holder(s) hold a device"
-            if cause == "reopened":
-                what = f"late arrival: {what}"
-            fresh = moment.fresh
-            what += f", {send} now to the {fresh} not yet signalled" if fresh else ", all signalled before"
-        else:
-            what = f"draining {moment.holders} TPU holder(s) for {moment.cause}: {send} now"
+        """The drain's first line, the webhook's `drain_started` sentence (`store/drain_text.py`)."""
         log.warning(
-            "%s%s, deadline %s (%s), then %s", dry, what, utc_time(moment.deadline),
-            time_left(moment.deadline, moment.now), moment.ladder.then(),
+            "%s%s", "[dry run] " if moment.dry_run else "", started_line(moment),
             extra=fields("drain_started", event=moment.cause, state=DaemonState.DRAINING.value,
                          drain_id=moment.drain_id, late=moment.late),
         )  # fmt: skip

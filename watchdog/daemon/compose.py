@@ -152,9 +152,7 @@ def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = 
     # The outputs: what the daemon shows and keeps, and the moments' subscribers.
     view: StatusView  # the history names its host by what /status knows (built next)
     recorder = HistoryEntries(store, config, metrics, clock, outputs=outputs, host=lambda: view.host)
-    notices = Notices(
-        senders(config.webhooks), recorder.host_labels, clock, config.dry_run, policy.ladder.ask.name
-    )
+    notices = Notices(senders(config.webhooks), recorder.host_labels, clock, config.dry_run)
     view = StatusView(
         config, clock, watcher, lifecycle, metrics.registry, account=recorder, webhooks=notices.webhooks
     )

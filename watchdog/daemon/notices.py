@@ -1,6 +1,6 @@
 """What the daemon tells the site's webhooks (their subscriber of the moments, `Notices.told`): a notice at
-each moment of an event (event_started at detection, queued before drain_started, both once the drain is
-handed to its thread; drain_finished with the outcome and each process; event_cleared).
+each moment of an event (event_started at detection; drain_started once the drain has its holders, in the
+journal's words; drain_finished with the outcome and each process; event_cleared).
 
 Every body has `type`, `time` (RFC 3339 UTC), `host`, `event` {key, value, id} and `text`, one line for
 people, so a Slack or Google Chat incoming webhook shows it as it is; a generic receiver reads the rest.
@@ -19,12 +19,12 @@ import socket
 import threading
 from collections.abc import Callable, Mapping
 
-from watchdog.core.clock import Clock, time_left, utc_time
+from watchdog.core.clock import Clock, utc_time
 from watchdog.core.identity import host_fields
 from watchdog.core.lifecycle import Event, EventCleared, EventStarted, Lifecycle
-from watchdog.core.moments import RESUMED, RETRY, DrainEnded, DrainStarted, Moment
+from watchdog.core.moments import RETRY, DrainEnded, HoldersFound, Moment
 from watchdog.core.vocabulary import Output, WatchedKey
-from watchdog.store.drain_text import ended_line, processes_of
+from watchdog.store.drain_text import ended_line, processes_of, started_line
 from watchdog.surface.webhooks import WebhookSender
 
 RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (4 tries: 7 s of backoff)
@@ -40,10 +40,8 @@ class Notices:
         host: Callable[[], Mapping[str, str]],
         clock: Clock,
         dry_run: bool,
-        ask: str = "SIGTERM",
     ) -> None:
-        """`ask`: the ladder's asking signal, named at a drain's start (a restart changes it, as dry_run)."""
-        self.sender, self.host, self.clock, self.dry_run, self.ask = sender, host, clock, dry_run, ask
+        self.sender, self.host, self.clock, self.dry_run = sender, host, clock, dry_run
         self._retiring: list[tuple[WebhookSender, threading.Thread]] = []  # replaced, still delivering
 
     def use(self, sender: WebhookSender | None) -> None:
@@ -70,16 +68,14 @@ class Notices:
     output = Output.WEBHOOKS
 
     def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
-        """The webhook subscriber (`daemon/telling.py`): an event's start and end, a drain's start (not a
-        retried attempt's: the same drain, told already) and its end."""
+        """The webhook subscriber (`daemon/telling.py`): an event's start and end, a drain's start once its
+        holders are known (not a retried attempt's: the same drain, told already) and its end."""
         if isinstance(moment, EventStarted):
             self.event_started(moment.event)
         elif isinstance(moment, EventCleared):
             self.event_cleared(moment.event)
-        elif isinstance(moment, DrainStarted) and moment.cause != RETRY and lifecycle.drain is not None:
-            active = lifecycle.drain
-            self.drain_started(lifecycle.drain_event(), moment.deadline, active.drain_id,
-                               resumed=moment.cause == RESUMED, late=active.late)  # fmt: skip
+        elif isinstance(moment, HoldersFound) and moment.cause != RETRY:
+            self.drain_started(lifecycle.drain_event(), moment)
         elif isinstance(moment, DrainEnded):
             self.drain_finished(moment.event, moment.entry, moment.drain_id)
 
@@ -88,21 +84,12 @@ class Notices:
         self._send("event_started", event, f"event started: {event.source} = {event.value}{deadline}",
                    deadline=_time(event.deadline))  # fmt: skip
 
-    def drain_started(
-        self, event: Event | None, deadline: float, drain_id: str, resumed: bool, late: bool = False
-    ) -> None:
-        send = f"would send {self.ask}" if self.dry_run else self.ask  # a rehearsal sends nothing
-        if resumed:
-            what = "resuming the drain"
-        elif late:
-            what = (
-                "a process opened a TPU device while the event is still on: it joins drain "
-                f"{drain_id}, reopened: {send} now"
-            )
-        else:
-            what = f"draining the TPU holders: {send} now"
-        text = f"{what}; deadline {_hms(deadline)} ({time_left(deadline, self.clock.wall())})"
-        self._send("drain_started", event, text, deadline=_time(deadline), drain_id=drain_id, late=late)
+    def drain_started(self, event: Event | None, found: HoldersFound) -> None:
+        """The journal's sentence of the drain's start (`started_line`), with its holders counted."""
+        self._send(
+            "drain_started", event, started_line(found), deadline=_time(found.deadline),
+            drain_id=found.drain_id, late=found.late, holders=found.holders,
+        )  # fmt: skip
 
     def drain_finished(self, event: Event | None, entry: Mapping[str, object], drain_id: str) -> None:
         """The drain's end as its history entry has it (`DrainEnded.entry`): the journal's sentence, and

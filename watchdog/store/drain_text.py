@@ -1,5 +1,6 @@
-"""A drain of the history in words, as `history`, `status` and `drill` print it: one block per drain, like
-`systemctl status` (a headline, a few aligned facts, one line per process), never a data structure.
+"""A drain in words, as `history`, `status` and `drill` print it: one block per drain, like `systemctl
+status` (a headline, a few aligned facts, one line per process), never a data structure; and the sentences
+the journal and the webhooks say at a drain's start (`started_line`) and end (`ended_line`).
 
 Pure. It reads the plain data of `store/drain_entry.py` (from the file, or from /status as JSON), so it is
 forgiving: a field that is missing or of another type is shown as `?`, never a crash.
@@ -10,8 +11,10 @@ from __future__ import annotations
 import signal
 from collections.abc import Mapping, Sequence
 
+from watchdog.core.clock import time_left, utc_time
 from watchdog.core.drain_record import BEFORE_RESTART, rehearsal_forecast
 from watchdog.core.ladder import KILL_NAME
+from watchdog.core.moments import RESUMED, RETRY, HoldersFound
 from watchdog.core.vocabulary import Outcome, disposition_of
 from watchdog.core.workload import words_of
 from watchdog.store.drain_entry import EXITED, KILLED, RELEASED, SIGTERM_DEATHS, STILL_RUNNING, UNKNOWN
@@ -80,6 +83,27 @@ def one_line(entry: Entry) -> str:
     tag = f" ({', '.join(shown)})" if shown else ""
     took = f", after {_secs(entry.get('duration'))}" if entry.get("ended") else ""
     return f"{entry.get('outcome')}{tag}, started {entry.get('started')}{took}: {totals(entry)}"
+
+
+def started_line(found: HoldersFound) -> str:
+    """A drain's start in one sentence, for the journal and a webhook, once its holders are known:
+    `draining 3 TPU holder(s) for preempted: SIGTERM now, deadline ...Z (in 30 s), then SIGKILL what still
+    holds a device`. A resumed, retried or reopened drain names itself and who still gets the asking
+    signal; a rehearsal says what it would send (the surface adds its own `[dry run]` tag)."""
+    ask = found.ladder.ask.name
+    send = f"would send {ask}" if found.dry_run else ask
+    if found.cause in (RESUMED, RETRY) or found.late:  # the same drain: the unsignalled get one
+        began = f" (started {utc_time(found.started_wall)})" if found.started_wall is not None else ""
+        cause = "reopened" if found.cause not in (RESUMED, RETRY) else found.cause
+        what = f"{cause} drain {found.drain_id}{began}: {found.holders} TPU holder(s) hold a device"
+        if cause == "reopened":
+            what = f"late arrival: {what}"
+        fresh = found.fresh
+        what += f", {send} now to the {fresh} not yet signalled" if fresh else ", all signalled before"
+    else:
+        what = f"draining {found.holders} TPU holder(s) for {found.cause}: {send} now"
+    deadline = f"deadline {utc_time(found.deadline)} ({time_left(found.deadline, found.now)})"
+    return f"{what}, {deadline}, then {found.ladder.then()}"
 
 
 def ended_line(entry: Entry) -> str:
