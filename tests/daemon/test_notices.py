@@ -56,7 +56,8 @@ def test_a_rehearsal_says_so_and_names_the_host_and_the_key() -> None:
     assert body["deadline"] == "2026-12-01T16:36:03.006Z"
     assert body["text"] == (
         "tpu-watchdog on t1v-n-0 (v4-8, us-central2-b, worker 3): [dry run] event started: "
-        "maintenance-event = TERMINATE_ON_HOST_MAINTENANCE; deadline 16:36:03Z"
+        f"maintenance-event = TERMINATE_ON_HOST_MAINTENANCE (id {EVENT.event_id}); "
+        "deadline 2026-12-01T16:36:03.006Z"
     )
 
 

@@ -22,7 +22,7 @@ from tests.support.webhook_receiver import SECRET_PATH, WebhookReceiver
 from tests.support.workloads import Workloads
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.surface.httpapi import HttpSurface
-from watchdog.surface.logs import JsonLines
+from watchdog.surface.logs import KIND, JsonLines
 
 REPO = Path(__file__).resolve().parents[2]
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -74,6 +74,10 @@ def test_every_moment_is_told_and_event_started_arrives_while_the_drain_runs(
     assert (proc["pid"], proc["signals"], proc["end"]) == (child.popen.pid, ["SIGTERM", "SIGKILL"], "killed")
     lost = f"checkpoint lost: pid {child.popen.pid} ({proc['name']}"  # then its workload, if any
     assert lost in finished["text"]
+    # Each notice's text is the journal's line of the same moment, word for word.
+    said = {getattr(r, KIND, None): r.getMessage() for r in caplog.records}
+    for body in receiver.delivered():
+        assert body["text"].endswith(f": {said[body['type']]}"), (body["text"], said[body["type"]])
     assert (sent, failed) == (4, 0)
     assert raw.returncode == 0, raw.stderr
     assert "/…redacted" in shown

@@ -27,7 +27,14 @@ from watchdog.core.moments import (
 )
 from watchdog.core.vocabulary import DaemonState, Outcome, Output
 from watchdog.core.workload import Workload
-from watchdog.store.drain_text import ended_line, process_line, processes_of, started_line
+from watchdog.store.drain_text import (
+    ended_line,
+    event_cleared_line,
+    event_started_line,
+    process_line,
+    processes_of,
+    started_line,
+)
 from watchdog.surface.logs import fields, workload_fields
 
 log = logging.getLogger("tpu-watchdog")
@@ -61,9 +68,8 @@ class LogLines:
             )  # fmt: skip
         elif isinstance(moment, EventStarted):
             event = moment.event
-            at = f"; deadline {utc_time(event.deadline)}" if event.deadline is not None else ""
             log.warning(
-                "event started: %s = %s (id %s)%s", event.source, event.value, event.event_id, at,
+                "%s", event_started_line(event),
                 extra=fields("event_started", event=event.source, value=event.value, event_id=event.event_id),
             )  # fmt: skip
         elif isinstance(moment, MoveDeadline):
@@ -74,7 +80,7 @@ class LogLines:
         elif isinstance(moment, EventCleared):
             event = moment.event
             log.info(
-                "event cleared: %s is back to normal (id %s)", event.source, event.event_id,
+                "%s", event_cleared_line(event),
                 extra=fields("event_cleared", event=event.source, event_id=event.event_id),
             )  # fmt: skip
         elif isinstance(moment, HoldersFound):

@@ -24,7 +24,13 @@ from watchdog.core.identity import host_fields
 from watchdog.core.lifecycle import Event, EventCleared, EventStarted, Lifecycle
 from watchdog.core.moments import RETRY, DrainEnded, HoldersFound, Moment
 from watchdog.core.vocabulary import Output, WatchedKey
-from watchdog.store.drain_text import ended_line, processes_of, started_line
+from watchdog.store.drain_text import (
+    ended_line,
+    event_cleared_line,
+    event_started_line,
+    processes_of,
+    started_line,
+)
 from watchdog.surface.webhooks import WebhookSender
 
 RETIRE_TIMEOUT = 30.0  # s a sender replaced by a reload has to deliver its queue (4 tries: 7 s of backoff)
@@ -80,9 +86,7 @@ class Notices:
             self.drain_finished(moment.event, moment.entry, moment.drain_id)
 
     def event_started(self, event: Event) -> None:
-        deadline = f"; deadline {_hms(event.deadline)}" if event.deadline is not None else ""
-        self._send("event_started", event, f"event started: {event.source} = {event.value}{deadline}",
-                   deadline=_time(event.deadline))  # fmt: skip
+        self._send("event_started", event, event_started_line(event), deadline=_time(event.deadline))
 
     def drain_started(self, event: Event | None, found: HoldersFound) -> None:
         """The journal's sentence of the drain's start (`started_line`), with its holders counted."""
@@ -101,7 +105,7 @@ class Notices:
         )  # fmt: skip
 
     def event_cleared(self, event: Event) -> None:
-        self._send("event_cleared", event, f"event cleared: {event.source} is back to normal")
+        self._send("event_cleared", event, event_cleared_line(event))
 
     def _send(self, kind: str, event: Event | None, text: str, **more: object) -> None:
         if self.sender is None:
@@ -146,8 +150,3 @@ def _host_words(host: Mapping[str, str]) -> str:
 
 def _time(epoch: float | None) -> str | None:
     return None if epoch is None else utc_time(epoch)
-
-
-def _hms(epoch: float) -> str:
-    """A time of day people read in a chat line: 16:31:03Z."""
-    return utc_time(epoch, "seconds")[11:]

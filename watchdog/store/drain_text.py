@@ -1,6 +1,7 @@
 """A drain in words, as `history`, `status` and `drill` print it: one block per drain, like `systemctl
 status` (a headline, a few aligned facts, one line per process), never a data structure; and the sentences
-the journal and the webhooks say at a drain's start (`started_line`) and end (`ended_line`).
+the journal and the webhooks both say: an event's start and end (`event_started_line`,
+`event_cleared_line`), a drain's start (`started_line`) and end (`ended_line`).
 
 Pure. It reads the plain data of `store/drain_entry.py` (from the file, or from /status as JSON), so it is
 forgiving: a field that is missing or of another type is shown as `?`, never a crash.
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from watchdog.core.clock import time_left, utc_time
 from watchdog.core.drain_record import BEFORE_RESTART, rehearsal_forecast
 from watchdog.core.ladder import KILL_NAME
+from watchdog.core.lifecycle import Event
 from watchdog.core.moments import RESUMED, RETRY, HoldersFound
 from watchdog.core.vocabulary import Outcome, disposition_of
 from watchdog.core.workload import words_of
@@ -83,6 +85,17 @@ def one_line(entry: Entry) -> str:
     tag = f" ({', '.join(shown)})" if shown else ""
     took = f", after {_secs(entry.get('duration'))}" if entry.get("ended") else ""
     return f"{entry.get('outcome')}{tag}, started {entry.get('started')}{took}: {totals(entry)}"
+
+
+def event_started_line(event: Event) -> str:
+    """`event started: preempted = TRUE (id preempted:TRUE@...); deadline 2026-12-01T16:36:03.006Z`."""
+    deadline = f"; deadline {utc_time(event.deadline)}" if event.deadline is not None else ""
+    return f"event started: {event.source} = {event.value} (id {event.event_id}){deadline}"
+
+
+def event_cleared_line(event: Event) -> str:
+    """`event cleared: preempted is back to normal (id preempted:TRUE@...)`."""
+    return f"event cleared: {event.source} is back to normal (id {event.event_id})"
 
 
 def started_line(found: HoldersFound) -> str:
