@@ -302,7 +302,7 @@ loop, which
 sleeps until its next due time: idle, the look at the device nodes every DEVICE_CHECK = {DEVICE_CHECK:g} s
 (a due time kept on the wall clock, such as a notice's before-window SIGTERM, is looked at again every
 LOOP_CEILING = {LOOP_CEILING:g} s). Every other thread blocks without a timeout: the HTTP listener until a
-client connects, the signals, stop and watch-closing threads until they have something to pass on. Not in
+client connects, the signals thread until a signal comes (setting the stop ends the hanging GETs). Not in
 these figures: under systemd the loop also sends a watchdog ping every WatchdogSec / 2 (15 s with the
 shipped unit), and while a process holds a device the loop looks for its exit every DEPARTURE_CHECK =
 {DEPARTURE_CHECK:g} s.

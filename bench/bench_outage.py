@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from bench.common import wait_until
 from watchdog.core.metadata_values import Preempted
+from watchdog.core.stop import Stop
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.keys import PREEMPTED
@@ -42,7 +43,7 @@ def one_outage(backoff: Callable[[], WatchBackoff], results: list[float], lock: 
         if isinstance(event, ValueChanged) and event.value == Preempted(True):
             delivered.append(event.at)
 
-    stop = threading.Event()
+    stop = Stop()
     first = FakeMetadataServer(listen="127.0.0.1:0").start()
     address = first.address
     with MetadataTransport(address) as transport:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import http.client
 import queue
 import statistics
-import threading
 import time
 
 from bench.common import percentile, wait_until
+from watchdog.core.stop import Stop
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.keys import DEFAULT_KEYS, MAINTENANCE_EVENT
 from watchdog.metadata.transport import MetadataTransport
@@ -34,7 +34,7 @@ def measure_latency() -> list[float]:
         if isinstance(event, ValueChanged):
             arrivals.put((time.perf_counter(), getattr(event.value, "raw", "")))
 
-    stop = threading.Event()
+    stop = Stop()
     latencies: list[float] = []
     with FakeMetadataServer(listen="127.0.0.1:0") as fake, MetadataTransport(fake.address) as transport:
         watch = KeyWatch(MAINTENANCE_EVENT, transport, emit, stop, None, 60)
@@ -63,7 +63,7 @@ def measure_latency() -> list[float]:
 
 def measure_idle() -> dict[str, float]:
     """Requests per key per minute while nothing changes, with timeout_sec=IDLE_TIMEOUT_SEC."""
-    stop = threading.Event()
+    stop = Stop()
     with FakeMetadataServer(listen="127.0.0.1:0") as fake, MetadataTransport(fake.address) as transport:
         watcher = MetadataWatcher(transport, lambda _: None, stop, timeout_sec=IDLE_TIMEOUT_SEC)
         watcher.start()

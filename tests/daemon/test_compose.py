@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.support.daemon_harness import FAST
 from tests.support.waiting import wait_for
 from watchdog.config.settings import default_config
+from watchdog.core.stop import Stop
 from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.host.holders import HolderScanner
@@ -20,7 +21,7 @@ def test_production_wiring_comes_from_the_configuration(tmp_path: Path) -> None:
         default_config(), devices=(str(tmp_path / "accel*"),), state_dir=str(tmp_path / "state"),
         metadata_host="127.0.0.1:1",
     )  # fmt: skip
-    built = build_daemon(config, threading.Event())
+    built = build_daemon(config, Stop())
     try:
         daemon = built.daemon
         assert built.metadata_host == "127.0.0.1:1"  # the configured server, not GCE's
@@ -38,7 +39,7 @@ def test_production_wiring_comes_from_the_configuration(tmp_path: Path) -> None:
 
 def test_a_wiring_replaces_only_what_it_names(tmp_path: Path) -> None:
     config = dataclasses.replace(default_config(), state_dir=str(tmp_path / "state"))
-    stop = threading.Event()
+    stop = Stop()
     with FakeMetadataServer(listen="127.0.0.1:0") as fake:
         scanner = HolderScanner(patterns=[str(tmp_path / "nothing")])
         built = build_daemon(

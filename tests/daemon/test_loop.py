@@ -6,6 +6,7 @@ Real fake metadata server, real watches, real children holding a real device nod
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,22 @@ TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
 DRAINS = "tpu_watchdog_drains_total"
 SIGNALS = "tpu_watchdog_signals_sent_total"
+
+
+def test_no_thread_waits_for_the_stop_and_setting_it_ends_the_daemon(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """Setting the stop wakes the loop (asleep until its next due time, 30 s idle) and ends the hanging GETs
+    in the setter's own thread (`core/stop.py`): no thread of the daemon sits waiting for it."""
+    before = set(threading.enumerate())
+    harness = DaemonHarness(state_dir, fake, workloads)
+    with harness:
+        wait_for(lambda: fake.store.waiting() == 3, what="three hanging GETs")
+        started = {t.name for t in set(threading.enumerate()) - before}
+        assert {"daemon under test", "holder-index"} <= started
+        assert not {"stop-waker", "stop watches"} & started, started
+    # The harness set the stop and saw the loop return (else: "did not stop within 10 s").
+    assert harness.daemon.watcher.join(0.0)  # every watch had ended with it
 
 
 def test_terminate_drains_the_holders_then_clearing_returns_to_idle(

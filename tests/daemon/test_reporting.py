@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from watchdog.config.settings import default_config
 from watchdog.core.clock import SystemClock
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder, ProcessIdentity
+from watchdog.core.stop import Stop
 from watchdog.core.vocabulary import SigtermDisposition
 from watchdog.core.workload import Workload
 from watchdog.daemon.outputs import Outputs
@@ -30,7 +30,7 @@ KEY = "instance/maintenance-event"
 
 def reporter(tmp_path: Path) -> Reporter:
     metrics = Metrics(error_kinds=[k.value for k in ErrorKind])
-    watcher = MetadataWatcher(MetadataTransport("127.0.0.1:9"), lambda _: None, threading.Event())
+    watcher = MetadataWatcher(MetadataTransport("127.0.0.1:9"), lambda _: None, Stop())
     config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
     view = StatusView(config, SystemClock(), watcher, Lifecycle(), CollectorRegistry())
     return Reporter(metrics, view, StateStore(str(tmp_path)), "drain", Outputs(metrics))

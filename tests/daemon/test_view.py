@@ -15,6 +15,7 @@ from watchdog.core.clock import SystemClock
 from watchdog.core.identity import HostIdentity
 from watchdog.core.lifecycle import Lifecycle, Trigger
 from watchdog.core.moments import moment_of
+from watchdog.core.stop import Stop
 from watchdog.daemon.view import Account, StatusView
 from watchdog.fake.server import FakeMetadataServer
 from watchdog.metadata.transport import MetadataTransport
@@ -39,11 +40,7 @@ def view_of(
 ) -> StatusView:
     config = dataclasses.replace(default_config(), state_dir=str(tmp_path))
     with FakeMetadataServer(listen="127.0.0.1:0") as fake:
-        import threading
-
-        watcher = MetadataWatcher(
-            MetadataTransport(fake.address), lambda _: None, threading.Event(), timing=FAST
-        )
+        watcher = MetadataWatcher(MetadataTransport(fake.address), lambda _: None, Stop(), timing=FAST)
     return StatusView(config, clock, watcher, life, CollectorRegistry(), account=account)
 
 

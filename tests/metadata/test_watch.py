@@ -12,6 +12,7 @@ import pytest
 from tests.support.failing_logs import every_line_raising
 from tests.support.waiting import wait_for
 from watchdog.core.metadata_values import MaintenanceKind, Preempted, UpcomingMaintenance, WatchedValue
+from watchdog.core.stop import Stop
 from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.errors import ErrorKind
@@ -76,8 +77,8 @@ StartWatch = Callable[..., KeyWatch]
 
 
 @pytest.fixture
-def stop() -> Iterator[threading.Event]:
-    event = threading.Event()
+def stop() -> Iterator[Stop]:
+    event = Stop()
     yield event
     event.set()
 
@@ -89,7 +90,7 @@ def recorder() -> Recorder:
 
 @pytest.fixture
 def start_watch(
-    fake: FakeMetadataServer, transport: MetadataTransport, stop: threading.Event, recorder: Recorder
+    fake: FakeMetadataServer, transport: MetadataTransport, stop: Stop, recorder: Recorder
 ) -> Iterator[StartWatch]:
     watches: list[KeyWatch] = []
 
@@ -206,7 +207,7 @@ def test_malformed_value_is_an_error_and_the_last_good_value_stays(
 
 
 def test_connection_refused_is_retried(
-    free_port: int, recorder: Recorder, start_watch: StartWatch, stop: threading.Event
+    free_port: int, recorder: Recorder, start_watch: StartWatch, stop: Stop
 ) -> None:
     with MetadataTransport(f"127.0.0.1:{free_port}") as nowhere:
         watch = start_watch(PREEMPTED, nowhere)
@@ -218,9 +219,7 @@ def test_connection_refused_is_retried(
         assert watch.join(2)
 
 
-def test_recovers_when_the_server_comes_back(
-    recorder: Recorder, stop: threading.Event, start_watch: StartWatch
-) -> None:
+def test_recovers_when_the_server_comes_back(recorder: Recorder, stop: Stop, start_watch: StartWatch) -> None:
     first = FakeMetadataServer(listen="127.0.0.1:0").start()
     address = first.address
     with MetadataTransport(address) as client:
@@ -236,7 +235,7 @@ def test_recovers_when_the_server_comes_back(
 
 
 def test_stop_ends_a_watch_mid_hang_within_a_second(
-    fake: FakeMetadataServer, recorder: Recorder, stop: threading.Event
+    fake: FakeMetadataServer, recorder: Recorder, stop: Stop
 ) -> None:
     with MetadataTransport(fake.address) as client:
         watch = KeyWatch(MAINTENANCE_EVENT, client, recorder, stop, None, 30, timing=FAST)
@@ -330,7 +329,7 @@ def test_upcoming_maintenance_falls_back_when_hangs_return_at_once(
 
 
 def test_unexpected_exceptions_and_a_failing_consumer_do_not_end_the_watch(
-    fake: FakeMetadataServer, transport: MetadataTransport, stop: threading.Event
+    fake: FakeMetadataServer, transport: MetadataTransport, stop: Stop
 ) -> None:
     seen: list[WatchEvent] = []
 
@@ -362,7 +361,7 @@ def test_unexpected_exceptions_and_a_failing_consumer_do_not_end_the_watch(
 
 
 def test_watcher_runs_the_three_watches_and_stops_them(
-    fake: FakeMetadataServer, transport: MetadataTransport, recorder: Recorder, stop: threading.Event
+    fake: FakeMetadataServer, transport: MetadataTransport, recorder: Recorder, stop: Stop
 ) -> None:
     watcher = MetadataWatcher(
         transport, recorder, stop, timeout_sec=1, timing=FAST, backoff_factory=fast_backoff
@@ -370,9 +369,8 @@ def test_watcher_runs_the_three_watches_and_stops_them(
     before = set(threading.enumerate())
     watcher.start()
     started_threads = sorted(t.name for t in set(threading.enumerate()) - before)
-    # A watch each, and one thread (not one per watch) to end their hanging GETs at stop.
+    # A watch each, and no thread waiting for the stop: setting it ends their hanging GETs (`Stop.on_set`).
     assert [n for n in started_threads if n.startswith(("watch ", "stop "))] == [
-        "stop watches",
         f"watch {MAINTENANCE_EVENT}",
         f"watch {PREEMPTED}",
         f"watch {UPCOMING_MAINTENANCE}",
@@ -398,7 +396,7 @@ RETURN_HEARD_SEC = 2.0  # the promise: a changed value is delivered this soon af
 
 
 def test_a_value_changed_during_a_long_outage_is_delivered_within_2_s_of_the_return(
-    stop: threading.Event, recorder: Recorder, caplog: pytest.LogCaptureFixture
+    stop: Stop, recorder: Recorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The production timings and backoff: the fake stopped (connections refused) for longer than the old
     # backoff's cap, then back on the same port with preempted=TRUE, as on a Spot VM with 30 s of notice.
@@ -454,7 +452,7 @@ def test_a_log_that_raises_on_every_line_never_ends_a_watch(
 
 
 def test_the_keys_hanging_gets_ask_timeouts_apart(
-    transport: MetadataTransport, recorder: Recorder, stop: threading.Event
+    transport: MetadataTransport, recorder: Recorder, stop: Stop
 ) -> None:
     """Asked with one timeout, the three answers came at one instant every minute, and their threads woke
     together and handed the GIL around (docs/benchmarks.md, idle footprint). A short test timeout stays."""

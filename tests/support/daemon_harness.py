@@ -12,6 +12,7 @@ from typing import Any
 from tests.support.waiting import wait_for
 from tests.support.workloads import TEST_ALLOW, OwnScanner, Workloads
 from watchdog.config.settings import Config, default_config
+from watchdog.core.stop import Stop
 from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.daemon.newcomers import CONFIRM_WAIT
 from watchdog.fake.server import FakeMetadataServer
@@ -63,7 +64,7 @@ class DaemonHarness:
         self.wait_for_answers = wait_for_answers
         self.config = harness_config(state_dir, workloads, **overrides)
         self.fake = fake
-        self.stop = threading.Event()
+        self.stop = Stop()
         wiring_ = Wiring(
             metadata_host=fake.address,
             timeout_sec=2,

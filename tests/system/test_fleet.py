@@ -31,6 +31,7 @@ from tests.support.readable import readable
 from tests.support.waiting import wait_for
 from tests.support.workloads import Child, OwnScanner, Workloads
 from watchdog.core.identity import TPU_ENV
+from watchdog.core.stop import Stop
 from watchdog.daemon.compose import Wiring, build_daemon
 from watchdog.daemon.loop import Daemon
 from watchdog.fake.server import FakeMetadataServer
@@ -115,7 +116,7 @@ def start_host(root: Path, index: int, identity: TpuIdentity, has_env: bool = Tr
         fake.stop()
         raise
     config = harness_config(directory / "state", workloads, maintenance_grace=300.0)
-    stop = threading.Event()
+    stop = Stop()
     wiring = Wiring(
         metadata_host=fake.address, timeout_sec=HANG_SEC, timing=FAST,
         backoff=lambda: WatchBackoff.uniform(initial=0.05, cap=0.5),

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from watchdog.core.metadata_values import MaintenanceKind
+from watchdog.core.stop import Stop
 from watchdog.core.vocabulary import MAINTENANCE_EVENT, DaemonState
 from watchdog.exitcodes import EXIT_DEMO_FAILED, EXIT_DEMO_NEEDS, EXIT_OK
 from watchdog.host.holders import HolderScanner, ScanResult
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("watchdog.fake").setLevel(logging.WARNING)
 
     tmp = Path(tempfile.mkdtemp(prefix="tpu-watchdog-demo-"))
-    stop = threading.Event()
+    stop = Stop()
     started = time.monotonic()
     trainer: subprocess.Popen[str] | None = None
     try:

@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 from typing import TYPE_CHECKING
 
 from watchdog.config.settings import (
@@ -26,6 +25,7 @@ from watchdog.config.settings import (
     load_config,
     load_config_or_exit,
 )
+from watchdog.core.stop import Stop
 from watchdog.daemon.sighup import ReloadRequests, relay_signals
 from watchdog.exitcodes import EXIT_CANTCREAT, EXIT_LOCKED, EXIT_OK
 from watchdog.store.address import remove_listen_address
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def _daemon(args: argparse.Namespace) -> int:
     # First of all: a stop asked for while the daemon is still starting is a clean stop (exit 0) that the
     # loop honours at once, not a death by SIGTERM's default action halfway through start-up.
-    stop = threading.Event()
+    stop = Stop()
     faulthandler.enable()  # a crash of the interpreter leaves every thread's stack on stderr (the journal)
     # `systemctl reload` (SIGHUP) re-reads the configuration; one during start-up is held until the loop runs.
     reloads = ReloadRequests()
@@ -93,7 +93,7 @@ def _serve(
     args: argparse.Namespace,
     config: Config,
     environ: dict[str, str],
-    stop: threading.Event,
+    stop: Stop,
     reloads: ReloadRequests,
     writer: LogWriter | None,
 ) -> int:

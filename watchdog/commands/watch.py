@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TextIO
 
 from watchdog.config.settings import add_config_arguments, load_config_or_exit
+from watchdog.core.stop import Stop
 from watchdog.exitcodes import EXIT_OK, EXIT_USAGE
 from watchdog.metadata.transport import MetadataTransport, resolve_metadata_host
 from watchdog.metadata.watch import MetadataWatcher, ValueChanged, WatchEvent, WatchFailed
@@ -89,11 +90,12 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout_sec < 1:
         sys.stderr.write(f"tpu-watchdog watch: --timeout-sec must be >= 1, got {args.timeout_sec}\n")
         return EXIT_USAGE
-    stop = threading.Event()
+    asked, stop = threading.Event(), Stop()
     sys.stderr.write(f"watching http://{host}/computeMetadata/v1/ (wait_for_change, {args.timeout_sec} s)\n")
-    with stop_on_signals(stop), MetadataTransport(host) as transport:
+    with stop_on_signals(asked), MetadataTransport(host) as transport:
         watcher = MetadataWatcher(transport, LinePrinter(sys.stdout), stop, timeout_sec=args.timeout_sec)
         watcher.start()
-        stop.wait()  # a signal handler runs during the wait and sets it
+        asked.wait()  # a signal handler runs during the wait and sets it
+        stop.set()  # here, not in the handler: it closes the transport, ending the hanging GETs
         watcher.join(timeout=5.0)
     return EXIT_OK

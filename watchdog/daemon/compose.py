@@ -24,6 +24,7 @@ from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder
+from watchdog.core.stop import Stop
 from watchdog.core.vocabulary import Output
 from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
 from watchdog.daemon.departures import Departures
@@ -104,7 +105,7 @@ class Built:
         self.transport.close()
 
 
-def build_daemon(config: Config, stop: threading.Event, wiring: Wiring | None = None) -> Built:
+def build_daemon(config: Config, stop: Stop, wiring: Wiring | None = None) -> Built:
     """The daemon for `config`, stopped by `stop`. Raises StateDirError if the state dir is unusable."""
     wiring = wiring or Wiring()
     store = wiring.store or StateStore(config.state_dir, clock=wiring.clock)  # the daemon's one clock

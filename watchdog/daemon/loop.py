@@ -48,6 +48,7 @@ from watchdog.core.moments import (
     ProcessSignalled,
     moment_of,
 )
+from watchdog.core.stop import Stop
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL
 from watchdog.daemon.departures import Departures
@@ -109,7 +110,7 @@ class Daemon:
     the outputs it tells."""
 
     config: Config  # replaced by a reload (daemon/reload.py)
-    stop: threading.Event  # set: the loop saves the state and returns
+    stop: Stop  # set: the loop saves the state and returns
     clock: Clock  # the daemon's one clock: every due time, deadline and wait reads it
     inbox: Inbox  # what the other threads report, in order; None: stop
     watcher: MetadataWatcher  # the hanging GETs, one thread per key, answering into the inbox
@@ -146,9 +147,9 @@ class Daemon:
     # -- the loop ------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        # Wake the loop the moment `stop` is set (a signal handler may only set the event): it sleeps
-        # until its next due time, and the inbox (answers, a finished drain, SIGHUP) wakes it at once.
-        threading.Thread(target=self._wake_on_stop, name="stop-waker", daemon=True).start()
+        # Wake the loop the moment `stop` is set, in the setter's thread: the loop sleeps until its next
+        # due time, and the inbox (answers, a finished drain, SIGHUP) wakes it at once.
+        self.stop.on_set(self._wake_on_stop)
         self._resume()
         self.watcher.start()
         self.index.start()
@@ -426,7 +427,6 @@ class Daemon:
             self.systemd.status()
 
     def _wake_on_stop(self) -> None:
-        self.stop.wait()
         self.runner.wakeup.ring()  # a drain in progress returns "interrupted" at once
         self.inbox.put(None)
 

@@ -7,6 +7,7 @@ What a reload does: reload.py.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -45,6 +46,8 @@ class ReloadRequests:
             put(ReloadAsked())
 
 
+log = logging.getLogger("tpu-watchdog")
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -68,6 +71,9 @@ def _relay(read: int, stop: threading.Event, reloads: ReloadRequests) -> None:
     while True:  # a daemon thread: it ends with the process
         received = set(os.read(read, 64))
         if received & set(STOP_SIGNALS):
-            stop.set()
+            try:
+                stop.set()  # runs the stop's callbacks here (`core/stop.py`)
+            except Exception:  # the event is set whatever failed; the relay goes on for SIGHUP
+                log.exception("stopping: a step of the stop failed")
         if signal.SIGHUP in received:  # a burst read at once is one reload
             reloads.ask()

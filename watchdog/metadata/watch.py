@@ -30,6 +30,7 @@ from watchdog.core.metadata_values import (
     UpcomingMaintenance,
     WatchedValue,
 )
+from watchdog.core.stop import Stop
 from watchdog.metadata.backoff import WatchBackoff
 from watchdog.metadata.errors import NO_ANSWER, ErrorKind, MetadataError
 from watchdog.metadata.keys import DEFAULT_KEYS, KEY_SPECS, KeySpec
@@ -124,15 +125,9 @@ class Outage:
         return None if since is None else self._clock.monotonic() - since
 
 
-def close_on_stop(transport: MetadataTransport, stop: threading.Event) -> None:
-    """Close `transport` once `stop` is set: a hanging GET in flight ends now, not at its timeout."""
-    stop.wait()
-    transport.close()
-
-
 class KeyWatch:
-    """Watches one key in its own thread until `stop` is set. `closes_transport`: a thread of its own closes
-    the transport at `stop`, ending the hanging GET at once (False: its owner does, as `MetadataWatcher`
+    """Watches one key in its own thread until `stop` is set. `closes_transport`: the stop closes the
+    transport as it is set, ending the hanging GET at once (False: its owner does, as `MetadataWatcher`
     does once for the watches that share its transport)."""
 
     def __init__(
@@ -140,7 +135,7 @@ class KeyWatch:
         key: str,
         transport: MetadataTransport,
         emit: Emit,
-        stop: threading.Event,
+        stop: Stop,
         clock: Clock | None = None,
         timeout_sec: int = 60,
         *,
@@ -168,16 +163,11 @@ class KeyWatch:
         self._status = WatchStatus(key, WatchMode.HANGING, None, None, None)
         self._etag: str | None = None
         self._thread = threading.Thread(target=self.run, name=f"watch {key}", daemon=True)
-        self._closer = (
-            threading.Thread(target=close_on_stop, args=(transport, stop), name=f"stop {key}", daemon=True)
-            if closes_transport
-            else None
-        )
+        if closes_transport:
+            stop.on_set(transport.close)
 
     def start(self) -> None:
         self._thread.start()
-        if self._closer is not None:
-            self._closer.start()
 
     def join(self, timeout: float | None = None) -> bool:
         """True when the watch has ended (or was never started)."""
@@ -373,7 +363,7 @@ class MetadataWatcher:
         self,
         transport: MetadataTransport,
         emit: Emit,
-        stop: threading.Event,
+        stop: Stop,
         keys: Iterable[str] = DEFAULT_KEYS,
         clock: Clock | None = None,
         timeout_sec: int = 60,
@@ -399,15 +389,11 @@ class MetadataWatcher:
             )
             for i, key in enumerate(keys)
         ]
-        # One thread ends every hanging GET at `stop`: the watches share the transport.
-        self._closer = threading.Thread(
-            target=close_on_stop, args=(transport, stop), name="stop watches", daemon=True
-        )
+        stop.on_set(transport.close)  # every hanging GET ends as the stop is set: they share the transport
 
     def start(self) -> None:
         for watch in self.watches:
             watch.start()
-        self._closer.start()
 
     def join(self, timeout: float | None = None) -> bool:
         """True when every watch has ended (within `timeout` s overall)."""
