@@ -3,8 +3,9 @@ status` (a headline, a few aligned facts, one line per process), never a data st
 the journal and the webhooks both say: an event's start and end (`event_started_line`,
 `event_cleared_line`), a drain's start (`started_line`) and end (`ended_line`).
 
-Pure. It reads the plain data of `store/drain_entry.py` (from the file, or from /status as JSON), so it is
-forgiving: a field that is missing or of another type is shown as `?`, never a crash.
+Pure. A drain's words read the plain data of `store/drain_entry.py` (from the file, or from /status as
+JSON), so they are forgiving: a field that is missing or of another type is shown as `?`, never a crash. An
+event's and a drain's start read the core's own `Event` and `HoldersFound`.
 """
 
 from __future__ import annotations
