@@ -22,8 +22,8 @@ from watchdog.core.drain_record import (
 )
 from watchdog.core.identity import HostIdentity
 from watchdog.core.ladder import ladder_for
-from watchdog.core.lifecycle import Event
-from watchdog.core.moments import HoldersFound
+from watchdog.core.lifecycle import Event, Lifecycle
+from watchdog.core.moments import RETRY, HoldersFound
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, SigtermDisposition
 from watchdog.core.workload import Workload
@@ -94,6 +94,31 @@ def test_a_drain_s_start_is_the_journal_s_sentence_with_the_ladder_s_signal(
     assert "late arrival: reopened drain d1 (started 2026-12-01T16:31:03.006Z)" in str(second["text"])
     assert f"{said} to the 1 not yet signalled" in str(second["text"])
     assert (second["holders"], second["late"]) == (4, True)
+
+
+def test_a_drain_is_told_started_once_even_when_its_first_attempt_failed_before_its_holders() -> None:
+    """A first attempt whose scans all failed never had its holders: its retry is the drain's first
+    drain_started. A retry of a drain told already is the same drain; a reopened one is told again."""
+    deadline = EVENT.deadline or 0.0
+    retry = HoldersFound(RETRY, "d1", False, 2, 2, ladder_for("kill"), False, EVENT.first_seen, deadline,
+                         deadline - 30.0)  # fmt: skip
+    first = replace(retry, cause="preempted", started_wall=None)
+    lifecycle = Lifecycle()
+    with WebhookReceiver(statuses=[]) as receiver:
+        sender = WebhookSender([receiver.url], backoff=0.01)
+        failed_first = Notices(sender, lambda: HOST, SystemClock(), dry_run=False)
+        failed_first.told(retry, lifecycle)  # the first attempt failed: nothing was told of the drain
+        failed_first.told(retry, lifecycle)  # a second retry: told already
+        failed_first.told(replace(retry, cause="late", late=True, fresh=1), lifecycle)  # reopened
+        told_first = Notices(sender, lambda: HOST, SystemClock(), dry_run=False)
+        told_first.told(first, lifecycle)
+        told_first.told(retry, lifecycle)  # the same drain, told at its first attempt
+        sender.close(1.0)
+    texts = [str(body["text"]) for body in receiver.delivered()]
+    assert [body["type"] for body in receiver.delivered()] == ["drain_started"] * 3, texts
+    assert "retry drain d1 (started 2026-12-01T16:31:03.006Z): 2 TPU holder(s)" in texts[0]
+    assert "late arrival: reopened drain d1" in texts[1]
+    assert "draining 2 TPU holder(s) for preempted: SIGTERM now" in texts[2]
 
 
 def test_drain_finished_tells_each_process_and_who_was_killed() -> None:

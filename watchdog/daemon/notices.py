@@ -48,6 +48,7 @@ class Notices:
         dry_run: bool,
     ) -> None:
         self.sender, self.host, self.clock, self.dry_run = sender, host, clock, dry_run
+        self._announced: tuple[str, bool] | None = None  # the drain (id, reopened) a drain_started told
         self._retiring: list[tuple[WebhookSender, threading.Thread]] = []  # replaced, still delivering
 
     def use(self, sender: WebhookSender | None) -> None:
@@ -75,13 +76,17 @@ class Notices:
 
     def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
         """The webhook subscriber (`daemon/telling.py`): an event's start and end, a drain's start once its
-        holders are known (not a retried attempt's: the same drain, told already) and its end."""
+        holders are known (once: a retried attempt of a drain already told is the same drain; one whose
+        first attempt failed before it had its holders is told at its retry) and its end."""
         if isinstance(moment, EventStarted):
             self.event_started(moment.event)
         elif isinstance(moment, EventCleared):
             self.event_cleared(moment.event)
-        elif isinstance(moment, HoldersFound) and moment.cause != RETRY:
-            self.drain_started(lifecycle.drain_event(), moment)
+        elif isinstance(moment, HoldersFound):
+            drain = (moment.drain_id, moment.late)
+            if moment.cause != RETRY or self._announced != drain:
+                self._announced = drain
+                self.drain_started(lifecycle.drain_event(), moment)
         elif isinstance(moment, DrainEnded):
             self.drain_finished(moment.event, moment.entry, moment.drain_id)
 
