@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from tests.core.test_drain_record import record as core_record
@@ -16,10 +17,20 @@ from watchdog.core.drain_record import (
     SentSignal,
     SignalResult,
 )
+from watchdog.core.ladder import ladder_for
+from watchdog.core.moments import RESUMED, HoldersFound
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome, SigtermDisposition
 from watchdog.store.drain_entry import entry_from_record
-from watchdog.store.drain_text import block, ended_line, one_line, process_line, processes_of, totals
+from watchdog.store.drain_text import (
+    block,
+    ended_line,
+    one_line,
+    process_line,
+    processes_of,
+    started_line,
+    totals,
+)
 from watchdog.store.history import HISTORY_FILE, load_entries
 
 
@@ -158,3 +169,18 @@ def test_a_drain_that_did_not_time_out_names_nobody_lost_at_the_deadline() -> No
     line = ended_line(entry_from_record(rec, HOST))
     assert "progress since its last checkpoint lost" not in line, line
     assert line.startswith("drain cancelled, started ")
+
+
+def test_a_drain_s_start_names_its_holders_and_one_with_none_says_nothing_is_sent() -> None:
+    """`started_line`, the journal's first line of a drain and the drain_started webhook's text."""
+    found = HoldersFound("preempted", "d1", False, 2, 2, ladder_for("kill"), False, None, 1000.0, 970.0)
+    assert started_line(found) == (
+        "draining 2 TPU holder(s) for preempted: SIGTERM now, deadline 1970-01-01T00:16:40.000Z (in 30 s), "
+        "then SIGKILL what still holds a device"
+    )
+    rehearsal_start = started_line(replace(found, dry_run=True))
+    assert "would send SIGTERM now" in rehearsal_start
+    nobody = started_line(replace(found, holders=0, fresh=0))
+    assert nobody == "draining for preempted: no process holds a TPU device, nothing to send"
+    resumed = started_line(replace(found, cause=RESUMED, holders=0, fresh=0, started_wall=900.0))
+    assert resumed.startswith("resumed drain d1 (started 1970-01-01T00:15:00.000Z): 0 TPU holder(s)")

@@ -114,6 +114,8 @@ def started_line(found: HoldersFound) -> str:
             what = f"late arrival: {what}"
         fresh = found.fresh
         what += f", {send} now to the {fresh} not yet signalled" if fresh else ", all signalled before"
+    elif not found.holders:  # the drain ends at once (no_holders): no deadline to speak of
+        return f"draining for {found.cause}: no process holds a TPU device, nothing to send"
     else:
         what = f"draining {found.holders} TPU holder(s) for {found.cause}: {send} now"
     deadline = f"deadline {utc_time(found.deadline)} ({time_left(found.deadline, found.now)})"
