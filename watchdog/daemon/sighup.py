@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+log = logging.getLogger("tpu-watchdog")
+
 
 @dataclass(frozen=True)
 class ReloadAsked:
@@ -45,8 +47,6 @@ class ReloadRequests:
         if held:
             put(ReloadAsked())
 
-
-log = logging.getLogger("tpu-watchdog")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
