@@ -27,7 +27,7 @@ from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord, SignalResult
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Outcome
-from watchdog.daemon.drain_thread import DrainListener, run_drain
+from watchdog.daemon.draining import DrainListener, run_drain
 from watchdog.host.holders import HolderScanner, ScanResult
 from watchdog.host.procfs import start_time
 from watchdog.store.records import Intent

@@ -65,7 +65,7 @@ def test_the_copy_as_it_is_keeps_every_contract(tree: Path) -> None:
         ("watchdog.host.procfs", TOP.format("urllib3"), "requests, urllib3: metadata only"),
         ("watchdog.commands.holders", LAZY.format("psutil"), "psutil: host only"),
         (
-            "watchdog.daemon.drain_thread",
+            "watchdog.daemon.draining",
             TOP.format("watchdog.fake.store"),
             "fake: imported by commands only",
         ),

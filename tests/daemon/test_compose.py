@@ -27,7 +27,7 @@ def test_production_wiring_comes_from_the_configuration(tmp_path: Path) -> None:
         assert built.metadata_host == "127.0.0.1:1"  # the configured server, not GCE's
         assert built.store.dir == str(tmp_path / "state")
         assert isinstance(
-            daemon.scanner, HolderScanner
+            daemon.runner.scanner, HolderScanner
         )  # every process of this namespace, not a narrowed one
         assert daemon.notice_timing.policy.maintenance_grace == config.maintenance_grace
         assert {w.key for w in daemon.watcher.watches} == {
@@ -54,7 +54,7 @@ def test_a_wiring_replaces_only_what_it_names(tmp_path: Path) -> None:
                 what="the daemon to watch the fake, not GCE",
             )
             assert built.metadata_host == fake.address
-            assert built.daemon.scanner is scanner
+            assert built.daemon.runner.scanner is scanner
             assert built.daemon.newcomers.confirm_wait == 0.5
         finally:
             stop.set()

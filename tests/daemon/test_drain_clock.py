@@ -1,5 +1,5 @@
 """The drain loop (run_drain) driven by an injected clock and a scripted world: no processes and no real time,
-so deadlines and stops are exact (the real-process cases: test_drain_thread.py)."""
+so deadlines and stops are exact (the real-process cases: test_draining.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from watchdog.core.drain import DrainPlan
 from watchdog.core.drain_record import DrainRecord
 from watchdog.core.process import ProcessIdentity
 from watchdog.core.vocabulary import Outcome
-from watchdog.daemon.drain_thread import DrainListener, run_drain
+from watchdog.daemon.draining import DrainListener, run_drain
 
 TERM, KILL = int(signal.SIGTERM), int(signal.SIGKILL)
 

@@ -5,6 +5,7 @@ Real fake metadata server, real watches, real children holding a real device nod
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.support.daemon_harness import MAINTENANCE, PREEMPTED, DaemonHarness
 from tests.support.waiting import wait_for
 from tests.support.workloads import OwnScanner, Workloads
 from watchdog.core.metadata_values import MaintenanceKind
+from watchdog.daemon.runner import DrainReport
 from watchdog.fake.server import FakeMetadataServer, Fault
 from watchdog.host.holders import ScanResult
 
@@ -38,6 +40,24 @@ def test_no_thread_waits_for_the_stop_and_setting_it_ends_the_daemon(
         assert {"daemon under test", "holder-index"} <= started
         assert not {"stop-waker", "stop watches"} & started, started
     # Leaving the block set the stop, and the loop returned (else: "did not stop within 10 s").
+
+
+def test_a_drain_runs_on_the_loop_with_no_thread_of_its_own(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """One loop: the daemon's loop drives the drain (its processes' pidfds on the loop's poll, its scans
+    made by the scanning thread, a wave held for its write-ahead rather than waited for); no thread is
+    started for it, and the SIGKILL at the deadline comes from the loop too."""
+    stubborn = workloads.start("ignore")
+    before = set(threading.enumerate())
+    with DaemonHarness(state_dir, fake, workloads, maintenance_grace=2.0) as harness:
+        fake.set(MAINTENANCE, TERMINATE)
+        wait_for(lambda: harness.metric(SIGNALS, signal="SIGTERM") == 1, what="the SIGTERM")
+        assert harness.daemon.runner.running
+        started = {t.name for t in set(threading.enumerate()) - before}
+        assert "drain" not in started, started
+        assert stubborn.popen.wait(timeout=10) == -signal.SIGKILL
+        harness.wait_metric(DRAINS, 1, outcome="timed_out")
 
 
 def test_terminate_drains_the_holders_then_clearing_returns_to_idle(
@@ -300,21 +320,21 @@ def test_a_drain_starts_only_after_the_write_of_its_own_state_is_queued(
     fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
 ) -> None:
     """The state file knows a drain before any of its signals because of the writer's one queue: the loop
-    queues the drain's state, with its first wave's intents, and only then starts the drain's thread. The
-    other way round, the drain's first write-ahead could come first, and the drain's write (a new drain:
-    no signals yet) would drop what became of them."""
+    queues the drain's state, with its first wave's intents, and only then starts the drain. The other way
+    round, the drain's first write-ahead could come first, and the drain's write (a new drain: no signals
+    yet) would drop what became of them."""
     child = workloads.start("handled")
     with DaemonHarness(state_dir, fake, workloads) as harness:
         daemon, steps = harness.daemon, []
         save, start = daemon.runner.writer.save, daemon.runner.start
 
-        def saving(change: object, intents: object = ()) -> None:
+        def saving(change: object, intents: object = ()) -> int:
             steps.append("save")
-            save(change, intents)  # type: ignore[arg-type]
+            return save(change, intents)  # type: ignore[arg-type]
 
-        def starting(order: object) -> None:
+        def starting(order: object) -> list[DrainReport]:
             steps.append("start")
-            start(order)  # type: ignore[arg-type]
+            return start(order)  # type: ignore[arg-type]
 
         daemon.runner.writer.save, daemon.runner.start = saving, starting  # type: ignore[method-assign]
         fake.set(MAINTENANCE, TERMINATE)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,12 @@ class FakeClock:
         self.mono += seconds
         self.epoch += seconds
 
+    def spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """The state writer's thread (the loop is turned by hand: nothing else is spawned)."""
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
 
 @pytest.fixture
 def clock() -> FakeClock:
@@ -61,7 +68,6 @@ def build(fake: FakeMetadataServer, workloads: Workloads, state_dir: Path, clock
     yield make
     for harness in built:
         harness.stop.set()
-        harness.daemon.runner.join(timeout=5)
         harness.transport.close()
 
 

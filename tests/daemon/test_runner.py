@@ -1,5 +1,6 @@
-"""The daemon's drain runner: a drain in a thread per order, its waves written ahead to the state file; a
-resumed drain keeps the deadline and the SIGKILL of what was signalled before the restart."""
+"""The daemon's drain runner, driven as the daemon's loop drives it (its inbox, the real scanning thread): its
+waves written ahead to the state file, and held until that write is done; a resumed drain keeps the
+deadline and the SIGKILL of what was signalled before the restart."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from watchdog.core.ladder import ladder_for
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.moments import HoldersFound, ProcessSignalled
 from watchdog.core.process import ProcessIdentity
-from watchdog.daemon.index import HoldersScanned
+from watchdog.daemon.inbox import Inbox
+from watchdog.daemon.index import HolderIndex, HoldersScanned
+from watchdog.daemon.loop import Message, PersistenceChanged
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.runner import DrainOrder, DrainReport, DrainRunner, ThreadReturned, earlier_processes
+from watchdog.daemon.runner import AttemptEnded, DrainOrder, DrainReport, DrainRunner, earlier_processes
 from watchdog.daemon.telling import SignalCounter, Telling
 from watchdog.host.holders import ScanResult
 from watchdog.host.procfs import start_time
@@ -30,35 +33,89 @@ from watchdog.store.statefile import StateStore
 from watchdog.surface.metrics import Metrics
 
 
-class Reports:
-    """The drain's reports, taken as the daemon's loop takes them: its moments told (the signal counter),
-    `get` returning the record it ended with (None: the attempt failed)."""
+class Loop:
+    """The daemon's loop, as far as a drain needs it, in a thread of its own: one inbox, the real scanning
+    thread (`HolderIndex`, scanning with `runner.scanner`), the runner's calls in the loop's order, the
+    drain's moments told (the signal counter). `get` returns the record an attempt ended with (None: it
+    failed)."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self.inbox: queue.Queue[DrainReport] = queue.Queue()
-        self.telling = Telling(Outputs(metrics), Lifecycle(), [SignalCounter(metrics)])
+    def __init__(self, runner_of: RunnerOf, metrics: Metrics) -> None:
+        self.inbox: Inbox[Message] = Inbox()
+        self.stop = threading.Event()
+        outputs = Outputs(metrics)
+        self.index = HolderIndex(self, self.inbox.put, lambda: True, self.stop, outputs=outputs)
+        self.runner = runner_of(self)
+        self.telling = Telling(outputs, Lifecycle(), [SignalCounter(metrics)])
+        self.ended: queue.Queue[DrainRecord | None] = queue.Queue()
+        self.index.start()
+
+    def scan(self) -> ScanResult:
+        """The scanning thread's scan: the runner's scanner (a test may swap it)."""
+        scanner = self.runner.scanner
+        assert isinstance(scanner, OwnScanner)
+        return scanner.scan()
+
+    def start(self, order: DrainOrder) -> None:
+        """Start `order` here, as the loop does, and run the loop's turns in a thread."""
+        said = self.runner.start(order)
+        threading.Thread(target=self._run, args=(said,), daemon=True).start()
+
+    def cancel(self) -> None:
+        self.runner.cancel_drain()
+        self.inbox.ring()
 
     def get(self, timeout: float) -> DrainRecord | None:
-        while True:
-            report = self.inbox.get(timeout=timeout)
-            if isinstance(report, ThreadReturned):
-                return report.record
+        return self.ended.get(timeout=timeout)
+
+    def _run(self, said: list[DrainReport]) -> None:
+        runner, clock = self.runner, SystemClock()
+        while not self._told(said):
+            due = runner.next_due(clock.monotonic())
+            wait = 1.0 if due is None else min(1.0, max(0.0, due - clock.monotonic()))
+            said = runner.exited(runner.wait(wait, self.inbox))
+            try:
+                message = self.inbox.get_nowait()
+            except queue.Empty:
+                message = None
+            if isinstance(message, HoldersScanned):
+                said += runner.scanned(message)
+            elif isinstance(message, PersistenceChanged):
+                said += runner.written()
+            said += runner.step()
+
+    def _told(self, said: list[DrainReport]) -> bool:
+        for report in said:
+            if isinstance(report, AttemptEnded):
+                self.ended.put(report.record)
+                return True
             if isinstance(report, (HoldersFound, ProcessSignalled)):
                 self.telling.tell(report)
+        return False
+
+
+class RunnerOf:
+    """Builds the runner a `Loop` drives (it needs the loop's inbox and scanning thread)."""
+
+    def __init__(self, workloads: Workloads, state_dir: Path, store: StateStore, metrics: Metrics) -> None:
+        self.workloads, self.state_dir, self.store, self.metrics = workloads, state_dir, store, metrics
+
+    def __call__(self, loop: Loop) -> DrainRunner:
+        config = dataclasses.replace(
+            default_config(), devices=(str(self.workloads.device),), state_dir=str(self.state_dir)
+        )
+        return DrainRunner(
+            config, scanner=OwnScanner(self.workloads), store=self.store, clock=SystemClock(),
+            stop=loop.stop, ask_scan=loop.index.scan_now, wakeup=loop.inbox.wakeup,
+            persistence_changed=lambda: loop.inbox.put(PersistenceChanged()), outputs=Outputs(self.metrics),
+        )  # fmt: skip
 
 
 def runner_for(
     workloads: Workloads, state_dir: Path, store: StateStore | None = None, metrics: Metrics | None = None
-) -> tuple[DrainRunner, Reports]:
-    config = dataclasses.replace(default_config(), devices=(str(workloads.device),), state_dir=str(state_dir))
-    store = store or StateStore(str(state_dir))
+) -> tuple[DrainRunner, Loop]:
     metrics = metrics or Metrics()
-    done = Reports(metrics)
-    runner = DrainRunner(
-        config, scanner=OwnScanner(workloads), store=store, clock=SystemClock(), stop=threading.Event(),
-        report=done.inbox.put, persistence_changed=lambda: None, outputs=Outputs(metrics),
-    )  # fmt: skip
-    return runner, done
+    loop = Loop(RunnerOf(workloads, state_dir, store or StateStore(str(state_dir)), metrics), metrics)
+    return loop.runner, loop
 
 
 def order(seconds: float, *, already: dict[object, set[int]] | None = None) -> DrainOrder:
@@ -75,22 +132,20 @@ def deadline(todo: DrainOrder) -> float:
     return todo.plan.deadline
 
 
-def test_a_drain_runs_in_its_thread_and_writes_each_signal_ahead(
-    workloads: Workloads, state_dir: Path
-) -> None:
+def test_a_drain_runs_on_the_loop_and_writes_each_signal_ahead(workloads: Workloads, state_dir: Path) -> None:
     child = workloads.start("handled")
     metrics = Metrics()
     runner, done = runner_for(workloads, state_dir, metrics=metrics)
-    runner.start(order(30.0))
+    done.start(order(30.0))
     assert runner.running
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.EXITED
     assert child.popen.wait(timeout=10) == 0
+    assert runner.writer.flush(10)  # what became of the signal is written behind it, never waited for
     (written,) = runner.store.state.signals
     assert (written.identity, written.signal, written.result) == (child.identity, "SIGTERM", "sent")
     assert metrics.registry.get_sample_value("tpu_watchdog_signals_sent_total", {"signal": "SIGTERM"}) == 1
-    runner.finished()
     assert not runner.running
 
 
@@ -99,7 +154,7 @@ def test_a_resumed_drain_past_its_deadline_kills_at_once_without_a_second_sigter
 ) -> None:
     stubborn = workloads.start("report")  # signalled before the restart; ignores SIGTERM
     runner, done = runner_for(workloads, state_dir)
-    runner.start(order(-1.0, already={stubborn.identity: {signal.SIGTERM}}))
+    done.start(order(-1.0, already={stubborn.identity: {signal.SIGTERM}}))
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.TIMED_OUT
@@ -112,8 +167,8 @@ def test_a_resumed_drain_cancelled_before_its_deadline_signals_nobody(
 ) -> None:
     stubborn = workloads.start("report")
     runner, done = runner_for(workloads, state_dir)
-    runner.start(order(60.0, already={stubborn.identity: {signal.SIGTERM}}))
-    runner.cancel_drain()  # the first metadata answer says the event cleared while the daemon was down
+    done.start(order(60.0, already={stubborn.identity: {signal.SIGTERM}}))
+    done.cancel()  # the first metadata answer says the event cleared while the daemon was down
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.CANCELLED
@@ -144,7 +199,7 @@ def test_indexed_holders_are_signalled_before_the_full_scan_and_newcomers_after_
     runner.scanner = scanner
     todo = order(30.0)
     first = runner.first_wave(deadline(todo), index)  # as the loop does
-    runner.start(dataclasses.replace(todo, first_wave=first))
+    done.start(dataclasses.replace(todo, first_wave=first))
     assert indexed.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
     assert newcomer.alive()
     assert [s.identity for s in runner.store.state.signals] == [indexed.identity]  # written ahead
@@ -167,7 +222,7 @@ def test_an_indexed_process_that_let_go_of_the_device_is_not_signalled(
     runner, done = runner_for(workloads, state_dir)
     todo = order(30.0)
     assert runner.first_wave(deadline(todo), index) == ()  # re-checked: it holds nothing now
-    runner.start(todo)
+    done.start(todo)
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.NO_HOLDERS
@@ -194,7 +249,7 @@ def test_a_job_started_after_the_index_scan_is_signalled_before_the_full_scan(
         deadline(todo), index
     )  # as the loop does: the new PIDs looked at, nobody indexed
     assert [h.identity for h in first] == [new.identity]
-    runner.start(dataclasses.replace(todo, first_wave=first))
+    done.start(dataclasses.replace(todo, first_wave=first))
     assert new.popen.wait(timeout=10) == 0  # its SIGTERM came while the full scan had not returned
     assert runner.store.state.find(old.identity, signal.SIGTERM) is None  # not even intended yet
     scanner.gate.set()

@@ -47,8 +47,8 @@ def test_a_stuck_disk_delays_the_sigkill_less_than_a_second(
     workloads: Workloads, state_dir: Path, stuck: StuckDisk
 ) -> None:
     stubborn = workloads.start("ignore")
-    runner, done = runner_for(workloads, state_dir, StateStore(str(state_dir), fsync=stuck.fsync))
-    runner.start(order(1.0))
+    _, done = runner_for(workloads, state_dir, StateStore(str(state_dir), fsync=stuck.fsync))
+    done.start(order(1.0))
     record = done.get(timeout=30)
     assert record is not None
     assert record.outcome is Outcome.TIMED_OUT, record
@@ -59,24 +59,28 @@ def test_a_stuck_disk_delays_the_sigkill_less_than_a_second(
     assert kill.at - record.deadline < 1.0
 
 
-def test_a_wave_goes_once_its_file_is_in_place_or_when_the_wait_is_over(
+def test_a_wave_is_written_once_its_file_is_in_place_never_behind_an_fsync(
     state_dir: Path, stuck: StuckDisk
 ) -> None:
     store = StateStore(str(state_dir), fsync=stuck.fsync)
     writer = StateWriter(store, changed=lambda: None)
     first, second, third = ProcessIdentity(100, 1), ProcessIdentity(200, 2), ProcessIdentity(300, 3)
-    assert writer.intents([Intent(first, signal.SIGTERM, "train")], wait=30)  # renamed in: its fsync hangs
-    assert writer.intents([Intent(second, signal.SIGTERM, "train")], wait=30)  # never behind that fsync
+    one = writer.intents([Intent(first, signal.SIGTERM, "train")])
+    wait_for(lambda: writer.written(one), what="the first wave's file in place (its fsync hangs)")
+    two = writer.intents([Intent(second, signal.SIGTERM, "train")])
+    wait_for(lambda: writer.written(two), what="the second wave's, never behind that fsync")
     wait_for(lambda: stuck.calls > 0, what="the fsync, in a thread of its own")
     on_file = json.loads(Path(store.path).read_text())
     assert [s["pid"] for s in on_file["signals"]] == [first.pid, second.pid]
-    # The loop's own write, stuck in its fsync, holds the store: the next wave waits only so long.
+    # The loop's own write, stuck in its fsync, holds the store: the next wave's write waits behind it
+    # (its drain holds the wave for WRITE_AHEAD_WAIT at most: test_a_stuck_disk_delays_the_sigkill...).
     threading.Thread(
         target=store.record_intents, args=([Intent(third, signal.SIGTERM, "x")],), daemon=True
     ).start()
     wait_for(lambda: stuck.calls > 1, what="the loop's write, stuck")
-    assert not writer.intents([Intent(third, signal.SIGKILL, "train")], wait=0.2)
-    assert not writer.flush(0.1)
+    three = writer.intents([Intent(third, signal.SIGKILL, "train")])
+    assert not writer.flush(0.2)
+    assert not writer.written(three)
 
 
 def test_a_wave_whose_intents_are_on_file_goes_at_once_even_behind_a_stuck_write(
@@ -97,7 +101,7 @@ def test_a_wave_whose_intents_are_on_file_goes_at_once_even_behind_a_stuck_write
     assert in_place.wait(10)
     wait_for(lambda: stuck.calls > 0, what="the loop's write, in place, stuck in its fsync")
     writer.sents([(other, signal.SIGTERM, "sent")])  # queued behind the stuck write
-    assert writer.intents([Intent(first, signal.SIGTERM, "train")], wait=0.2)  # on file already: no wait
+    assert writer.intents([Intent(first, signal.SIGTERM, "train")]) is None  # on file already: no wait
     assert not writer.flush(0.1)  # the writer's thread is still stuck behind the loop's write
 
 
@@ -118,16 +122,6 @@ class BusyWriter:
         self.freed.set()
 
 
-def ask_for_wave(writer: StateWriter, intent: Intent) -> tuple[threading.Thread, list[bool]]:
-    """The drain's write-ahead for `intent`, in a thread of its own (as the drain's)."""
-    wave: list[bool] = []
-    asked = threading.Thread(target=lambda: wave.append(writer.intents([intent], wait=30)), daemon=True)
-    asked.start()
-    asked.join(0.2)
-    assert wave == [], "the wave went before the write that carries its intent"
-    return asked, wave
-
-
 def test_a_first_wave_waits_for_its_drains_save_and_writes_nothing_more(state_dir: Path) -> None:
     store = StateStore(str(state_dir), fsync=lambda fd: None)
     writer = StateWriter(store, changed=lambda: None)
@@ -145,11 +139,12 @@ def test_a_first_wave_waits_for_its_drains_save_and_writes_nothing_more(state_di
     # carries the first wave's intent, and the drain asks for that intent before the save is written.
     busy = BusyWriter(writer)
     change = store.lifecycle_change((), None, None, on_timeout=store.state.on_timeout, intents=[intent])
-    writer.save(change, [intent])
-    asked, wave = ask_for_wave(writer, intent)
+    save = writer.save(change, [intent])
+    wave = writer.intents([intent])
+    assert wave == save, "the wave waits for the save that carries its intent"
+    assert not writer.written(wave)
     busy.free()
-    asked.join(30)
-    assert wave == [True]
+    wait_for(lambda: writer.written(wave), what="the save carrying the wave's intent")
     assert store.state.find(first, signal.SIGTERM) is not None
     assert writer.flush(10)
     assert more == [], "the wave wrote its intent again after the save that carried it"
@@ -157,19 +152,21 @@ def test_a_first_wave_waits_for_its_drains_save_and_writes_nothing_more(state_di
 
 def test_a_failed_save_does_not_hold_back_the_wave_it_carried(state_dir: Path) -> None:
     store = StateStore(str(state_dir), fsync=lambda fd: None)
-    writer = StateWriter(store, changed=lambda: None)
+    told: list[int] = []
+    writer = StateWriter(store, changed=lambda: told.append(1))
     intent = Intent(ProcessIdentity(100, 1), signal.SIGTERM, "train")
 
     def broken(state: SavedState) -> SavedState:
         raise OSError("no space left on device")
 
     busy = BusyWriter(writer)
-    writer.save(broken, [intent])
-    asked, _ = ask_for_wave(writer, intent)
+    save = writer.save(broken, [intent])
+    wave = writer.intents([intent])
+    assert wave == save
     busy.free()
-    asked.join(10)
-    assert not asked.is_alive(), "the wave waited out its 30 s after the save carrying it failed"
+    wait_for(lambda: writer.written(wave), what="the failed save, done with")
     assert writer.flush(10)
+    assert len(told) >= 2, "the loop hears of the failed write too (a held wave goes)"
 
 
 def test_ends_that_come_while_the_writer_is_busy_go_in_one_write(state_dir: Path) -> None:

@@ -3,7 +3,7 @@
 A real process's exit lands at a real time, which no clock of a test can fix; these end when the script
 says (`exit_on`: the signal that ends each; `exit_now`), so a drain run on an injected clock sends each
 signal at an exact time. Their PIDs are above any pid_max: nothing real is ever signalled. Thread-safe: a
-daemon's drain thread and the test's own thread both use it.
+daemon's loop and the test's own thread both use it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Virtual time for a whole daemon: the `Clock` a test injects so that a drain, restart included, runs on
 the test's time and the same script always gives the same times.
 
-The actors are the threads the clock spawned (the loop, the drain, the holder index) and the test's own
-(`acting`). Time moves only when every actor waits on the clock and each has looked at its primitive (its
-queue, pidfds, event) since the last actor began to wait, and found nothing: then it jumps to the
-earliest of their deadlines. An actor that runs, or blocks outside the clock (a real wait for a write, a
-test's `wait_for` on what the daemon did), holds time still, so what the daemon does in answer to an input
-happens at the instant the input came. Threads outside (the metadata watches, the state writer) keep real
-time: they are inputs and outputs, and never decide when the daemon acts.
+The actors are the threads the clock spawned (the loop, the scanning thread, the state writer while it
+writes) and the test's own (`acting`). Time moves only when every actor waits on the clock and each has
+looked at its primitive (its queue, pidfds, event) since the last actor began to wait, and found nothing:
+then it jumps to the earliest of their deadlines. An actor that runs (a scan, a write, a test's
+`wait_for` on what the daemon did) holds time still, so what the daemon does in answer to an input
+happens at the instant the input came: a wave held for its write-ahead goes when the write is done, at
+the same instant, never at the end of its 0.5 s bound. Threads outside (the metadata watches, webhooks,
+hooks) keep real time: they are inputs and outputs, and never decide when the daemon acts.
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(config, int):
         return config
     from watchdog.daemon.compose import build_drill
-    from watchdog.daemon.drain_thread import DrainListener
+    from watchdog.daemon.draining import DrainListener
 
     out = sys.stdout
     from watchdog.host.holders import ScanResult

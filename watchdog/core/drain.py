@@ -1,7 +1,7 @@
 """The drain as a state machine: who to signal, with what, when; when the drain is over; what happened.
 
 Pure: it is fed observations (a scan of the holders, a process's exit, the result of a signal, the time) and
-answers with actions (`SendSignal`) for the edge (`watchdog/daemon/drain_thread.py`) to carry out. It owns
+answers with actions (`SendSignal`) for the edge (`watchdog/daemon/draining.py`) to carry out. It owns
 the record. No I/O and no clock reads, so every transition is tested without processes or waiting.
 
 It walks the plan's signal ladder (`watchdog.core.ladder`): the asking step (SIGTERM) to each holder when it
@@ -234,14 +234,17 @@ class DrainCore:
             return not self._scan_tried or now >= self._last_scan + FIRST_SCAN_RETRY
         return now >= self.record.deadline or now >= self._last_scan + self._rescan_interval
 
-    def timeout(self, now: float) -> float:
-        """Seconds until something is due (a scan, the deadline, the end of the kill wait)."""
+    def timeout(self, now: float, scanning: bool = False) -> float:
+        """Seconds until something is due (a scan, the deadline, the end of the kill wait). `scanning`: a
+        scan is under way, and its answer is what the drain waits for next (the deadline's included)."""
+        inf = float("inf")
         if self.phase is Phase.WAITING and self._awaiting_scan:
-            due = self._last_scan + FIRST_SCAN_RETRY if self._scan_tried else now
+            due = inf if scanning else (self._last_scan + FIRST_SCAN_RETRY if self._scan_tried else now)
         elif self.phase is Phase.WAITING:
-            due = min(self._last_scan + self._rescan_interval, self.record.deadline)
+            due = inf if scanning else min(self._last_scan + self._rescan_interval, self.record.deadline)
         elif self.phase is Phase.KILLING and self._kill_deadline is not None:
-            due = min(self._kill_deadline, self._last_scan + self._rescan_interval)
+            rescan = inf if scanning else self._last_scan + self._rescan_interval
+            due = min(self._kill_deadline, rescan)
         else:
             return 0.0
         return max(0.0, due - now)

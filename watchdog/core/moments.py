@@ -50,8 +50,8 @@ class DrainStarted:
 
 @dataclass(frozen=True)
 class HoldersFound:
-    """The drain has its holders (the first wave, or its first scan) and signals them now (told from the
-    drain's thread, before the signals)."""
+    """The drain has its holders (the first wave, or its first scan) and signals them now (said by the
+    drain as it has them, before the signals it lists)."""
 
     cause: str  # as DrainStarted's
     drain_id: str
@@ -67,7 +67,7 @@ class HoldersFound:
 
 @dataclass(frozen=True)
 class ProcessSignalled:
-    """One signal of a drain's wave, once the wave is out (told from the drain's thread): what became of
+    """One signal of a drain's wave, once the wave is out (said by the drain): what became of
     it, and who the process is."""
 
     identity: ProcessIdentity

@@ -3,7 +3,7 @@
 Log lines follow one rule: one line per fact, the thing named once, times in UTC with a Z. A timed-out
 drain is an ERROR naming each process that had to be killed (its progress since the last checkpoint is
 lost); during a drain a progress line comes every `PROGRESS_INTERVAL` s, so a long grace is never silent.
-A drain's start is said by its first line (`HoldersFound`, told from the drain's thread), with the holders
+A drain's start is said by its first line (`HoldersFound`, said by the drain as it has them), with the holders
 it signals.
 """
 

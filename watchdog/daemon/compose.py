@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,10 +28,11 @@ from watchdog.core.vocabulary import Output
 from watchdog.daemon.announce import PROGRESS_INTERVAL, LogLines
 from watchdog.daemon.departures import Departures
 from watchdog.daemon.device_watch import DeviceWatch
-from watchdog.daemon.drain_thread import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
+from watchdog.daemon.draining import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
 from watchdog.daemon.gpucheck import CrossChecked
+from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.index import HolderIndex
-from watchdog.daemon.loop import Daemon, Inbox, PersistenceChanged
+from watchdog.daemon.loop import Daemon, Message, PersistenceChanged
 from watchdog.daemon.newcomers import CONFIRM_WAIT, Newcomers
 from watchdog.daemon.notice_timing import NoticeTiming
 from watchdog.daemon.notices import Notices
@@ -127,7 +127,7 @@ def build_daemon(config: Config, stop: Stop, wiring: Wiring | None = None) -> Bu
 
     # The inputs: each answers into the inbox, which wakes the loop.
     clock = wiring.clock or SystemClock()
-    inbox: Inbox = queue.Queue()
+    inbox: Inbox[Message] = Inbox()
     watcher = MetadataWatcher(
         transport, inbox.put, stop, timeout_sec=wiring.timeout_sec, timing=wiring.timing,
         backoff_factory=wiring.backoff or WatchBackoff,
@@ -143,13 +143,14 @@ def build_daemon(config: Config, stop: Stop, wiring: Wiring | None = None) -> Bu
         lifecycle, clock.wall(), wiring.confirm_wait, saved.unconfirmed(), outputs=outputs,
         ask=policy.ladder.ask.name,
     )  # fmt: skip
+    runner: DrainRunner  # the index pauses while it runs (built next: it asks the index for its scans)
+    busy = lambda: runner.running or bool(lifecycle.events)  # noqa: E731 - the drain asks for its scans then
+    index = HolderIndex(scanner, inbox.put, busy, stop, outputs=outputs, clock=clock)
     runner = DrainRunner(
-        config, scanner=scanner, store=store, clock=clock, stop=stop, report=inbox.put,
-        persistence_changed=lambda: inbox.put(PersistenceChanged()), outputs=outputs,
+        config, scanner=scanner, store=store, clock=clock, stop=stop, ask_scan=index.scan_now,
+        wakeup=inbox.wakeup, persistence_changed=lambda: inbox.put(PersistenceChanged()), outputs=outputs,
         processes=wiring.processes,
     )  # fmt: skip
-    busy = lambda: runner.running or bool(lifecycle.events)  # noqa: E731 - the loop scans then
-    index = HolderIndex(scanner, inbox.put, busy, stop, outputs=outputs, clock=clock)
     # The outputs: what the daemon shows and keeps, and the moments' subscribers.
     view: StatusView  # the history names its host by what /status knows (built next)
     recorder = HistoryEntries(store, config, metrics, clock, outputs=outputs, host=lambda: view.host)
@@ -172,7 +173,7 @@ def build_daemon(config: Config, stop: Stop, wiring: Wiring | None = None) -> Bu
         config=config, stop=stop, clock=clock, inbox=inbox, watcher=watcher, index=index,
         devices=DeviceWatch(production.devices, production.patterns or config.devices, view, outputs),
         lifecycle=lifecycle, notice_timing=NoticeTiming(lambda: view.values, lifecycle, policy, outputs),
-        newcomers=newcomers, runner=runner, store=store, scanner=scanner, telling=telling, reporter=reporter,
+        newcomers=newcomers, runner=runner, store=store, telling=telling, reporter=reporter,
         view=view, recorder=recorder, systemd=systemd,
         departures=Departures(metrics, outputs, reporter.holders_now), notices=notices, hooks=hooks,
         reloader=Reloader(wiring.reload_config or (lambda: config), senders), outputs=outputs,

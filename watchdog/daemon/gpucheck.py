@@ -17,7 +17,7 @@ from typing import Any
 
 from watchdog.core.accelerators import CrossCheck, cross_check
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.drain_thread import Scanner
+from watchdog.daemon.draining import Scanner
 from watchdog.daemon.outputs import Outputs
 from watchdog.host.nvml import GpuProcesses
 

@@ -1,11 +1,14 @@
-"""The warm holder index: who held a device at the last full scan, refreshed in a thread of its own.
+"""The scanning thread: every full scan of the host's processes is made here, off the loop, and sent to
+the loop as a message (`HoldersScanned`): the warm holder index's idle refreshes and the scans a drain
+asks for (`scan_now`).
 
-A drain starts from it (daemon/runner.py: `first_wave` re-checks each indexed holder from its own /proc
-entries; the drain then scans the processes the index has not seen, `seen`: a job started since), so the
-first SIGTERM need not wait for a scan of every fd on the host. The refresh runs in its own
-thread so that the loop is never busy scanning when an event arrives (a scan of a big host takes 100+ ms;
-readlink releases the GIL, so the loop and the drain get it at once). While an event is on, the refresh
-pauses: the loop's late-arrival watch and the drain's rescans scan then, and publish what they find.
+A drain starts from the index (daemon/runner.py: `first_wave` re-checks each indexed holder from its own
+/proc entries, and scans the processes the index has not seen: a job started since), so the first SIGTERM
+need not wait for a scan of every fd on the host. A scan runs here, not on the loop, because it reads
+every process's /proc entries: a big host's takes 100+ ms, and a process stuck in the kernel can stall a
+read of its cmdline; the loop meanwhile goes on hearing the metadata answers, the exits and systemd's
+watchdog. While an event is on, the idle refresh pauses: the drain's rescans and the late-arrival watch
+are the scans then.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from dataclasses import dataclass
 from watchdog.core.clock import Clock, SystemClock
 from watchdog.core.process import Holder
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.drain_thread import Scanner
+from watchdog.daemon.draining import Scanner
 from watchdog.daemon.outputs import Outputs
 
 log = logging.getLogger("tpu-watchdog")
 
+INDEX_FAILED = "refreshing the holder index failed"
 HOLDER_REFRESH = 60.0  # s between idle refreshes of the index (and the holders gauge); each walks all fds
 
 
@@ -35,6 +39,8 @@ class HoldersScanned:
     holders: tuple[Holder, ...] = ()
     pids: frozenset[int] = frozenset()
     last_pid: int | None = None
+    ticket: int = 0  # the last `scan_now` ticket asked before this scan began (0: an idle refresh)
+    error: str = ""  # the scan failed (a scan asked for is answered even then): why
 
 
 class HolderIndex:
@@ -59,9 +65,18 @@ class HolderIndex:
         self._wake = threading.Event()
         self._wake.set()  # the first refresh at once: a drain soon after start has an index
         self._thread: threading.Thread | None = None
+        self._asked = 0  # the last ticket of `scan_now`
+        self._answered = 0  # the last ticket a scan began after
 
     def start(self) -> None:
         self._thread = self._clock.spawn(self._run, "holder-index")
+
+    def scan_now(self) -> int:
+        """Scan now, paused or not, and publish the scan (failed too): its ticket, which the answer
+        carries (or a later one). Called from the loop."""
+        self._asked += 1
+        self._wake.set()
+        return self._asked
 
     def refresh_soon(self) -> None:
         """Refresh now, not in `interval` s (a drain ended: who holds a device has changed)."""
@@ -84,18 +99,24 @@ class HolderIndex:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if self._paused():
+            asked = self._asked  # the asks before this scan: answered by it
+            fresh = asked > self._answered
+            if self._paused() and not fresh:
                 continue
+            self._answered = asked
             try:
                 result = self._scanner.scan()
-            except Exception:  # the next refresh tries again; a drain then starts from a full scan
+            except Exception as e:  # the next refresh tries again; a drain then starts from a full scan
                 with self._outputs.guarded(Output.LOG):
-                    log.exception("refreshing the holder index failed")
+                    log.exception("scanning the holders failed" if fresh else INDEX_FAILED)
+                if fresh:  # a drain waits for it: it hears that it failed
+                    with self._outputs.guarded(Output.STATUS):
+                        self._publish(HoldersScanned(ticket=asked, error=f"{type(e).__name__}: {e}"))
                 continue
-            if not self._paused():
+            if fresh or not self._paused():
                 scan = HoldersScanned(
                     tuple(result.holders), frozenset(getattr(result, "pids", ())),
-                    getattr(result, "last_pid", None),
+                    getattr(result, "last_pid", None), asked,
                 )  # fmt: skip
                 with self._outputs.guarded(Output.STATUS):
                     self._publish(scan)

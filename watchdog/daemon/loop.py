@@ -6,13 +6,15 @@ thread, moves a deadline, cancels), and only then tells: it emits the moment (`c
 outputs that subscribe (`daemon/telling.py`: log lines, webhooks, hooks, the deadline gauge), and updates
 the history, metrics and sd_notify, each guarded by `Outputs`, so no output can delay or stop a signal.
 
-Threads: one per watched key (hanging GETs), one for a running drain, the holder index, the HTTP listener,
-the state writer and its syncer, hook runners. Only the loop thread changes the lifecycle; the others talk
-to it through `self.inbox`, which wakes it at once; otherwise it sleeps until its next time-based decision
-is due (`_due_times`: a notice's before-window SIGTERM, a watchdog ping, a rescan...); one kept on the
-wall clock is looked at again every LOOP_CEILING. One `stop` event ends everything: the loop saves the
-state and returns within about a second, a drain in progress returns "interrupted" and is resumed, with
-the same deadline, by the next start.
+One loop runs the daemon, a drain included (`daemon/runner.py`): it sleeps in one poll(2) on the inbox's
+eventfd and a running drain's pidfds, until a message (a metadata answer, a scan, the state writer's word,
+SIGHUP), a process's exit, or its next time-based decision (`_due_times`: a drain's next step, a notice's
+before-window SIGTERM, a watchdog ping...); one kept on the wall clock is looked at again every
+LOOP_CEILING. What blocks runs in threads that report into the inbox: one per watched key (hanging GETs),
+the scanning thread (`daemon/index.py`), the HTTP listener, the state writer and its syncer, hook and
+webhook runners. Only the loop changes the lifecycle. One `stop` event ends everything: the loop saves the
+state and returns within about a second, a drain in progress ends "interrupted" and is resumed, with the
+same deadline, by the next start.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import TypeAlias
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
-from watchdog.core.drain_record import DrainRecord
+from watchdog.core.drain_record import DrainRecord, ExitStatus
 from watchdog.core.lifecycle import (
     Action,
     CancelDrain,
@@ -43,18 +45,17 @@ from watchdog.core.moments import (
     DrainEnded,
     DrainProgress,
     DrainStarted,
-    HoldersFound,
     Moment,
-    ProcessSignalled,
     moment_of,
 )
+from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.stop import Stop
 from watchdog.core.vocabulary import UPCOMING_MAINTENANCE, Outcome, Output, source_of
 from watchdog.daemon.announce import PROGRESS_INTERVAL
 from watchdog.daemon.departures import Departures
 from watchdog.daemon.device_watch import DeviceWatch
-from watchdog.daemon.drain_thread import Scanner
 from watchdog.daemon.identity_learner import Fetch, learn_identity
+from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.index import HolderIndex, HoldersScanned
 from watchdog.daemon.newcomers import Newcomers, late_arrivals
 from watchdog.daemon.notice_timing import NoticeTiming
@@ -65,12 +66,12 @@ from watchdog.daemon.reload import Reloader
 from watchdog.daemon.reporting import Reporter
 from watchdog.daemon.runner import (
     RESCAN_INTERVAL,
+    AttemptEnded,
     DrainOrder,
     DrainReport,
     DrainRunner,
     HoldersNow,
     RecordChanged,
-    ThreadReturned,
 )
 from watchdog.daemon.sighup import ReloadAsked
 from watchdog.daemon.systemd import SystemdNotify
@@ -98,9 +99,8 @@ class PersistenceChanged:
     """The state writer wrote (or failed to): whether the state file is persisted, for the loop to show."""
 
 
-# What the inbox carries: the watches' answers, the index's scans, a drain's reports, SIGHUP, the writer.
-Message: TypeAlias = WatchEvent | HoldersScanned | DrainReport | ReloadAsked | PersistenceChanged
-Inbox: TypeAlias = "queue.Queue[Message | None]"  # None: stop
+# What the inbox carries: the watches' answers, the scans, SIGHUP, the state writer's word.
+Message: TypeAlias = WatchEvent | HoldersScanned | ReloadAsked | PersistenceChanged
 
 
 @dataclass(eq=False)
@@ -112,16 +112,15 @@ class Daemon:
     config: Config  # replaced by a reload (daemon/reload.py)
     stop: Stop  # set: the loop saves the state and returns
     clock: Clock  # the daemon's one clock: every due time, deadline and wait reads it
-    inbox: Inbox  # what the other threads report, in order; None: stop
+    inbox: Inbox[Message]  # what the other threads report, in order; rung by the stop
     watcher: MetadataWatcher  # the hanging GETs, one thread per key, answering into the inbox
     index: HolderIndex  # the warm holder index, scanning into the inbox
     devices: DeviceWatch  # whether any device file matches, checked every DEVICE_CHECK
     lifecycle: Lifecycle  # the core: events and the drain, restored from the state file
     notice_timing: NoticeTiming  # the policy's verdicts on the watched values; holds the policy
     newcomers: Newcomers  # who may be signalled that nobody signalled before
-    runner: DrainRunner  # starts each drain on its thread and carries its reports
+    runner: DrainRunner  # runs each drain, on this loop, and says what it has to say
     store: StateStore  # the state file (its writes queue on `runner.writer`)
-    scanner: Scanner  # who holds a device: the late-arrival watch scans with it
     telling: Telling  # every moment, to every output that subscribes
     reporter: Reporter  # what the inputs say: metrics, /status fields, lines
     view: StatusView  # /status, `status` and STATUS=
@@ -139,6 +138,7 @@ class Daemon:
     indexed: HoldersScanned = field(init=False, default_factory=HoldersScanned)  # a first wave starts here
     last_record: DrainRecord | None = field(init=False, default=None)  # a reopened drain goes on from it
     _next_scan: float = field(init=False, default=0.0)  # the late-arrival watch's next scan
+    _late_scan: int | None = field(init=False, default=None)  # the ticket of its scan under way
     _next_progress: float = field(init=False, default=0.0)  # a running drain's next progress line
 
     def __post_init__(self) -> None:
@@ -162,28 +162,34 @@ class Daemon:
         self._guarded(self.devices.check, self.clock.monotonic())  # at start: what is watched, or nothing
         while not self.stop.is_set():
             self.view.loop_ticked()
-            message = self._receive(self._sleep())
+            message, exited = self._receive(self._sleep())
+            if exited:
+                self._guarded(self._drain_said, self.runner.exited(exited))
             if message is not None:
                 self._guarded(self._handle, message)
             self._timers(self.clock.monotonic())
             self._refresh_admission()
+            self._guarded(self._drain_said, self.runner.step())
             self._wedge_if_asked()
         self._shutdown()
         return EXIT_OK
 
-    def _receive(self, timeout: float) -> Message | None:
-        """The next message of the inbox, waited for on the daemon's clock (None: none came in time)."""
-        got: list[Message | None] = []
+    def _receive(self, timeout: float) -> tuple[Message | None, list[tuple[ProcessIdentity, ExitStatus]]]:
+        """The next message of the inbox (None: none came in time) and the exits of a running drain's
+        processes, waited for together on the daemon's clock (`DrainRunner.wait`: one poll(2))."""
+        exited: list[tuple[ProcessIdentity, ExitStatus]] = []
 
         def look(seconds: float) -> bool:
-            try:
-                got.append(self.inbox.get(timeout=seconds))
-            except queue.Empty:
-                return False
-            return True
+            if self.inbox.ready() or self.stop.is_set():
+                return True
+            exited.extend(self.runner.wait(seconds, self.inbox))
+            return bool(exited) or self.inbox.ready() or self.stop.is_set()
 
         self.clock.wait(timeout, look)
-        return got[0] if got else None
+        try:
+            return self.inbox.get_nowait(), exited
+        except queue.Empty:
+            return None, exited
 
     def _sleep(self) -> float:
         """How long the loop may wait for a message: until the earliest of `_due_times`. A due time on the
@@ -209,6 +215,7 @@ class Daemon:
         wall = [self.notice_timing.next_due(now - offset), self.newcomers.next_due(now - offset)]
         life, running = self.lifecycle, self.runner.running
         monotonic = [
+            self.runner.next_due(now),
             *self.systemd.next_due(),
             self.recorder.next_due(),
             self._next_progress if running and life.drain is not None else None,
@@ -228,13 +235,10 @@ class Daemon:
 
     def _handle(self, message: Message) -> None:
         if isinstance(message, HoldersScanned):
-            self.indexed = message  # `_timers` watches its holders for departures next (`_departures`)
-            self.reporter.holders_scanned(message.holders)
-            return
-        if isinstance(message, (ThreadReturned, RecordChanged, HoldersNow, HoldersFound, ProcessSignalled)):
-            self._drain_reported(message)
+            self._scanned(message)
             return
         if isinstance(message, PersistenceChanged):
+            self._drain_said(self.runner.written())  # a wave held for its write-ahead goes first
             self.reporter.persistence()
             self.recorder.seen(self.lifecycle)  # a drain's opening entry follows its state onto the disk
             return
@@ -256,6 +260,23 @@ class Daemon:
             # A key this machine lacks asks for nothing: an event of it (restored from the state file)
             # would otherwise never clear.
             self._apply(self.lifecycle.observe(source, None, self.clock.wall()))
+
+    def _scanned(self, scan: HoldersScanned) -> None:
+        """A full scan: the drain's, when it asked for it (it says who holds a device now, `HoldersNow`),
+        the late-arrival watch's, or an idle refresh of the index. Each is the index a drain starts from."""
+        drains = self.runner.running
+        self._drain_said(self.runner.scanned(scan))
+        late = self._late_scan is not None and scan.ticket >= self._late_scan
+        if late:
+            self._late_scan = None
+        if scan.error:
+            return
+        self.indexed = scan  # `_timers` watches its holders for departures next (`_departures`)
+        if drains:
+            return
+        self.reporter.holders_scanned(scan.holders)
+        if late and self.lifecycle.drain is None and self.lifecycle.events:
+            self._late_arrivals(scan.holders)
 
     def _value_changed(self, message: ValueChanged) -> None:
         self.reporter.metadata_value(message.key, message.value)  # guarded: it cannot stop the verdict
@@ -298,17 +319,20 @@ class Daemon:
         self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view.holders)
 
     def _watch_late_arrivals(self, now: float) -> None:
-        """While drained events are on, scan as a drain does: a newcomer (a restarted job) gets a drain."""
+        """While drained events are on, scan as a drain does (the scanning thread's scan, `_scanned`): a
+        newcomer (a restarted job) gets a drain."""
         if self.runner.running or self.lifecycle.drain is not None or not self.lifecycle.events:
             return
-        if now < self._next_scan:
+        if now < self._next_scan or self._late_scan is not None:
             return
         self._next_scan = now + RESCAN_INTERVAL
+        self._late_scan = self.index.scan_now()
+
+    def _late_arrivals(self, holders: Sequence[Holder]) -> None:
+        """The late-arrival watch's scan: who holds a device that this event has not signalled."""
         self._refresh_admission()
         unsure, ask = self.newcomers.possibly_signalled, self.notice_timing.policy.ladder.ask.name
-        if self.runner.admit and late_arrivals(
-            self.scanner, self.store, self.reporter.holders_now, self.outputs, unsure, ask
-        ):
+        if self.runner.admit and late_arrivals(holders, self.store, self.outputs, unsure, ask):
             self._apply(self.lifecycle.late_arrivals(self.clock.wall()))
 
     def _refresh_admission(self) -> None:
@@ -318,7 +342,7 @@ class Daemon:
     # -- actions of the lifecycle --------------------------------------------------------------------
 
     def _apply(self, actions: list[Action], told_first: Sequence[Moment] = ()) -> None:
-        """Act, persist, tell: the state file's write is queued and every drain handed to its thread before
+        """Act, persist, tell: the state file's write is queued and every drain started before
         the first log line, notice, hook or metric of the step, none of which can raise here (`Outputs`).
         A drain starts after its own state's write is queued (`StateWriter`: one queue, so the file knows
         the drain before any of its signals); a step never both starts a drain and moves or cancels one.
@@ -334,11 +358,11 @@ class Daemon:
             elif isinstance(action, CancelDrain):
                 self.runner.cancel_drain()
         self._changed(orders)
-        for order in orders:
-            self.runner.start(order)
+        said = [report for order in orders for report in self.runner.start(order)]
         now = self.clock.wall()
         for moment in (*told_first, *(moment_of(action, now) for action in actions)):
             self.telling.tell(moment)
+        self._drain_said(said)
 
     def _changed(self, orders: Sequence[DrainOrder] = ()) -> None:
         """Persist, then show: the state file's write is queued first, with the intents of each new drain's
@@ -364,8 +388,9 @@ class Daemon:
         order = None if active is None else self._drain_order(RESUMED, active.deadline, resume=True)
         self._changed(() if order is None else (order,))
         if active is not None and order is not None:
-            self.runner.start(order)
+            said = self.runner.start(order)
             self.telling.tell(DrainStarted(RESUMED, active.deadline, self.clock.wall()))
+            self._drain_said(said)
 
     def _drain_order(self, cause: str, deadline: float, resume: bool) -> DrainOrder:
         """The lifecycle's current drain, to run (`DrainRunner.order`). Tells nothing: the `DrainStarted`
@@ -378,10 +403,15 @@ class Daemon:
             last_record=self.last_record,
         )  # fmt: skip
 
+    def _drain_said(self, reports: Sequence[DrainReport]) -> None:
+        """What the drain had to say, in the order it happened: shown and told here, each on its own (one
+        that fails skips no other), so every subscriber hears the loop's moments and the drain's in one
+        order."""
+        for report in reports:
+            self._guarded(self._drain_reported, report)
+
     def _drain_reported(self, report: DrainReport) -> None:
-        """What the drain's thread reported, in the order it happened: shown and told here, so every
-        subscriber hears the moments of the loop and of the drain from one thread, in one order."""
-        if isinstance(report, ThreadReturned):
+        if isinstance(report, AttemptEnded):
             self._drain_done(report.record)
         elif isinstance(report, RecordChanged):
             self.view.drain_update(report.record)
@@ -391,7 +421,6 @@ class Daemon:
             self.telling.tell(report)
 
     def _drain_done(self, record: DrainRecord | None) -> None:
-        self.runner.finished()
         self.newcomers.taken_on(record.processes if record is not None else ())
         self._next_scan = 0.0  # the late-arrival watch (events still on) or the index: refresh now
         self.index.refresh_soon()
@@ -399,7 +428,9 @@ class Daemon:
             if self.lifecycle.drain is not None and not self.stop.is_set():
                 # Nothing changed since the failed attempt: its state is queued or on disk already, and the
                 # retry writes its first wave's intents ahead itself, as every later wave's.
-                self.runner.start(self._drain_order(RETRY, self.lifecycle.drain.deadline, resume=True))
+                self._drain_said(
+                    self.runner.start(self._drain_order(RETRY, self.lifecycle.drain.deadline, resume=True))
+                )
             return
         self.last_record = record
         outcome = record.outcome or Outcome.INTERRUPTED
@@ -427,8 +458,7 @@ class Daemon:
             self.systemd.status()
 
     def _wake_on_stop(self) -> None:
-        self.runner.wakeup.ring()  # a drain in progress returns "interrupted" at once
-        self.inbox.put(None)
+        self.inbox.ring()  # the loop ends its wait at once; a drain in progress ends "interrupted"
 
     def _wedge_if_asked(self) -> None:
         """Test-only: once `wedge_file` exists, the loop stops ticking (no WATCHDOG=1 pings) until stopped,
@@ -437,21 +467,9 @@ class Daemon:
             log.error("test fault: %s exists, wedging the main loop", self.wedge_file)
             self.stop.wait()
 
-    def _last_reports(self) -> None:
-        """What the drain reported as it stopped (its last signals, its interrupted record) is still told;
-        the rest of the inbox waits for the next start (the state file keeps the events)."""
-        while True:
-            try:
-                message = self.inbox.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(message, (RecordChanged, HoldersNow, HoldersFound, ProcessSignalled)):
-                self._guarded(self._drain_reported, message)
-
     def _shutdown(self) -> None:
-        self.systemd.stopping(drain_resumes=self.runner.running)
-        self.runner.join(timeout=1.5)
-        self._last_reports()
+        self.systemd.stopping(drain_resumes=self.lifecycle.drain is not None)
+        self._drain_said(self.runner.stopping())  # its last signals and its interrupted record, told
         # The last state and the drain's last history entry, on disk before the process ends: one second
         # for both, so a stuck disk holds the stop back once, not once per file.
         disk_deadline = self.clock.monotonic() + STOP_DISK_WAIT

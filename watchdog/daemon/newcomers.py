@@ -16,12 +16,11 @@ the event is confirmed (or taken as still on), none at all if it cleared meanwhi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from watchdog.core.lifecycle import Lifecycle
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.drain_thread import Scanner
 from watchdog.daemon.outputs import Outputs
 from watchdog.store.records import SignalRecord
 from watchdog.store.statefile import StateStore
@@ -81,19 +80,15 @@ class Newcomers:
 
 
 def late_arrivals(
-    scanner: Scanner,
+    holders: Sequence[Holder],
     store: StateStore,
-    holders_now: Callable[[Sequence[Holder]], None],
     outputs: Outputs,
     unsure: frozenset[ProcessIdentity],
     ask: str,
 ) -> list[Holder]:
-    """Scan while drained events are on, as a drain does: who holds a device now that this event has not
+    """While drained events are on, of a scan's `holders`: who holds a device now that this event has not
     signalled (one asking signal, `ask` by name, per process per event), or only possibly (`unsure`: its
-    drain SIGKILLs it at the deadline, without a second SIGTERM). Says who holds a device on the way
-    (`holders_now`: `Reporter.holders_now`)."""
-    holders = list(scanner.scan().holders)
-    holders_now(holders)
+    drain SIGKILLs it at the deadline, without a second SIGTERM)."""
     signalled = {s.identity for s in store.state.signals if s.signal == ask} - unsure
     newcomers = [h for h in holders if h.identity not in signalled]
     if newcomers:

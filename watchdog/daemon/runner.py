@@ -1,42 +1,38 @@
-"""The daemon's drains, one at a time, each in a thread of its own: the drain's side of the daemon.
+"""The daemon's drains, one at a time, run on the loop: the drain's side of the daemon.
 
-The loop thread decides (the lifecycle); this runs what it decided and reports back through `done`. It is
-the drain's `DrainListener`: each wave of signals is written ahead to the state file, after the drain's own
-state is on disk (through `StateWriter`: a stuck disk holds a wave back at most `WRITE_AHEAD_WAIT`), and
-each signal is logged with the process, the drain and the events it serves.
+The loop decides (the lifecycle); the runner carries out what it decided, as a `Draining` (the edge around
+the pure `DrainCore`) that the loop drives: each of the runner's calls (`start`, `exited`, `scanned`,
+`written`, `step`, `stopping`) takes what happened and answers what the drain has to say (its holders
+found, each signal, its record as it changes, its scans, the end of an attempt: `DrainReport`s), which the
+loop tells and shows. Nothing of a drain blocks the loop: its pidfds are on the loop's poll (`wait`), its
+scans are made by the scanning thread (`ask_scan`, answered as `HoldersScanned` in the inbox), and a wave of
+signals whose write-ahead is still under way is held, not waited for: it goes when the state writer says
+the write carrying it is done (`written`) or WRITE_AHEAD_WAIT has passed.
 
-A drain starts from the warm holder index, in the loop's thread (`first_wave`): the indexed holders
-(`indexed`: the holders of its last scan, refreshed while idle), each re-checked from its own /proc entries
-(same process, still holding a device), and the holders among the processes the index has not seen
-(`known_pids`: a job started since its last scan), scanned alone. The loop writes their intents with the
-drain's own state, and the drain signals them all at once: the first SIGTERM, a new job's included, waits for
-neither a scan of every fd on the host nor a second write. Then the full scan (an old process that opened a
-device since), and its newcomers are signalled as before. With no index yet, the drain starts from a full
-scan.
-
-The drain's thread tells nothing and shows nothing itself: what it has to say (its holders found, each
-signal, its record as it changes, its scans, its end) it reports to the loop (`report`: the loop's inbox,
-one queue, so the loop hears it in the order it happened), and the loop tells and shows it. The other way,
-the loop says what changed (`move_deadline`, `admit`) in the drain's own queue, and `cancel_drain` sets the
-drain's cancel event; each rings the drain's `wakeup`, so it hears at once. The two threads share nothing
-but those queues and the order the drain was started with.
+A drain starts from the warm holder index, in the loop (`first_wave`): the indexed holders (`indexed`: the
+holders of its last scan, refreshed while idle), each re-checked from its own /proc entries (same process,
+still holding a device), and the holders among the processes the index has not seen (`known_pids`: a job
+started since its last scan), scanned alone. The loop writes their intents with the drain's own state, and
+the drain signals them all at once, when that write is done: the first SIGTERM, a new job's included, waits
+for neither a scan of every fd on the host nor a second write. Then the full scan (an old process that
+opened a device since), and its newcomers are signalled as before. With no index yet, the drain starts from
+a full scan.
 """
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import copy
-import functools
 import logging
 import signal
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from watchdog.config.settings import Config
 from watchdog.core.clock import Clock
-from watchdog.core.drain import DrainPlan
+from watchdog.core.drain import FIRST_SCAN_RETRY, DrainCore, DrainPlan
 from watchdog.core.drain_record import (
     UNKNOWN_EXIT,
     DrainRecord,
@@ -51,12 +47,22 @@ from watchdog.core.lifecycle import ActiveDrain
 from watchdog.core.moments import HoldersFound, ProcessSignalled
 from watchdog.core.process import Holder, ProcessIdentity
 from watchdog.core.vocabulary import Output
-from watchdog.daemon.drain_thread import DrainListener, ExitWaiter, Scanner, Signaller, run_drain
+from watchdog.daemon.draining import (
+    POLL_CAP,
+    WRITE_AHEAD_WAIT,
+    Draining,
+    DrainListener,
+    ExitWaiter,
+    Scanner,
+    Signaller,
+)
+from watchdog.daemon.inbox import Inbox
 from watchdog.daemon.index import HoldersScanned
 from watchdog.daemon.outputs import Outputs
-from watchdog.daemon.writeahead import WRITE_AHEAD_WAIT, StateWriter
-from watchdog.host.exits import Wakeup
+from watchdog.daemon.writeahead import StateWriter
+from watchdog.host.exits import PidfdExitWaiter, Wakeup
 from watchdog.host.procfs import start_time
+from watchdog.host.signals import DryRunSignaller, PidfdSignaller, ProcessHandles
 from watchdog.store.records import ExitRecord, Intent, SignalRecord
 from watchdog.store.statefile import StateStore
 
@@ -64,13 +70,12 @@ log = logging.getLogger("tpu-watchdog")
 
 RESCAN_INTERVAL = 1.0  # s between scans while an event is on: a drain's rescans, and the late-arrival watch
 FIRST_SCAN_TRIES = 3  # a drain's first scan is tried this often (0.2 s apart) before the attempt fails
-FLUSH_WAIT = 5.0  # longest a drain's end waits for its state-file writes (a stuck disk must not stop it)
 
 
 @dataclass(frozen=True)
-class ThreadReturned:
-    """The drain's thread returned: the drain's record, for the loop to take (the `DrainEnded` moment is
-    told from it), or None: the attempt failed, and it is started again."""
+class AttemptEnded:
+    """A drain's attempt ended: the drain's record, for the loop to take (the `DrainEnded` moment is told
+    from it), or None: the attempt failed (or was stopped before its first scan), and it is started again."""
 
     record: DrainRecord | None
 
@@ -91,23 +96,8 @@ class HoldersNow:
     holders: tuple[Holder, ...]
 
 
-# What a drain's thread reports to the loop; the two moments are the loop's to tell.
-DrainReport: TypeAlias = ThreadReturned | RecordChanged | HoldersNow | HoldersFound | ProcessSignalled
-
-
-@dataclass(frozen=True)
-class DeadlineMoved:
-    """The loop to the drain: the deadline now (monotonic); the drain takes it only if earlier."""
-
-    deadline: float
-
-
-@dataclass(frozen=True)
-class Admission:
-    """The loop to the drain: whether it may signal processes nobody signalled before (after a restart,
-    not until the metadata server confirms the event)."""
-
-    admit: bool
+# What a drain has to say, for the loop to show and tell; the two moments are the loop's to tell.
+DrainReport: TypeAlias = AttemptEnded | RecordChanged | HoldersNow | HoldersFound | ProcessSignalled
 
 
 @dataclass(frozen=True)
@@ -140,44 +130,50 @@ class DrainOrder:
 
 
 class DrainRunner(DrainListener):
-    """Starts drains (the loop's side) and is their listener (the drain thread's side). The loop's words to
-    a running drain go through `move_deadline`, `admit` and `cancel_drain`: messages the drain takes on its
-    next turn, woken for them (`wakeup`), never polling."""
+    """Runs the loop's drains (one at a time) and is their listener. The loop's words to a running drain
+    (`move_deadline`, `admit`, `cancel_drain`) are taken on its next turn, in the loop's own thread."""
 
     def __init__(
         self,
         config: Config,
         *,
-        scanner: Scanner,
         store: StateStore,
         clock: Clock,
         stop: threading.Event,
-        report: Callable[[DrainReport], None],
+        ask_scan: Callable[[], int],
+        wakeup: Wakeup,
         persistence_changed: Callable[[], None],
         outputs: Outputs,
+        scanner: Scanner | None = None,
         processes: Callable[[], tuple[Signaller, ExitWaiter]] | None = None,
     ) -> None:
-        """`report`: where the drain's thread reports (the loop's inbox). `processes`: each drain's
-        signaller and exit waiter (a test's scripted world); None: pidfds."""
+        """`ask_scan`: has a full scan made, off the loop; its ticket (the `HoldersScanned` that answers
+        it carries a ticket as large). `wakeup`: the loop's inbox's, polled with the drain's pidfds.
+        `scanner`: only for the first wave's look (`first_wave`: its `recheck`, `newcomers`).
+        `processes`: each drain's signaller and exit waiter (a test's scripted world); None: pidfds."""
         self.processes = processes
         self.config, self.scanner, self.store = config, scanner, store
-        self.outputs, self._report = outputs, report
+        self.outputs, self.ask_scan, self.wakeup = outputs, ask_scan, wakeup
         self.clock, self.stop = clock, stop
-        self.writer = StateWriter(store, persistence_changed)  # the waves' writes, off the signal path
+        # The waves' writes, off the signal path; its thread is the clock's (a test's time holds meanwhile).
+        self.writer = StateWriter(store, persistence_changed, spawn=clock.spawn)
         self.cancel = threading.Event()  # the running drain's: a new one for each drain
-        self.thread: threading.Thread | None = None
+        self.draining: Draining | None = None  # the running drain, once it has its holders
+        self._order: DrainOrder | None = None  # the running drain's order, from `start` to its end
         self._admit = True  # what the loop last said
-        self._to_drain: collections.deque[DeadlineMoved | Admission] = collections.deque()
-        self.wakeup = Wakeup()  # one for the daemon's life: a drain polls it with its pidfds
-        # The drain thread's own, set before it starts: its order, its deadline and admission as last told.
-        self._order: DrainOrder | None = None
-        self._deadline_now: float | None = None
-        self._admits_now = True
+        self._deadline_now: float | None = None  # the running drain's deadline as the loop last said
+        self._reports: list[DrainReport] = []  # what the drain said during the call, for the loop
+        self._handles: ProcessHandles | None = None  # the running drain's pidfds, when they are ours
+        self._first_scan: int | None = None  # the ticket of the first scan it waits for
+        self._first_tries = 0
+        self._first_retry: float | None = None  # when the failed first scan is asked again
+        self._rescan: int | None = None  # the ticket of the rescan it waits for
+        self._held: int | None = None  # the ticket of the write a held wave waits for
         self._exits_kept: set[ProcessIdentity] = set()  # the ends the state file has (`_keep_exits`)
 
     @property
     def running(self) -> bool:
-        return self.thread is not None
+        return self._order is not None
 
     @property
     def admit(self) -> bool:
@@ -185,22 +181,15 @@ class DrainRunner(DrainListener):
 
     @admit.setter
     def admit(self, admit: bool) -> None:
-        if admit != self._admit:
-            self._admit = admit
-            self._tell_drain(Admission(admit))
+        self._admit = admit
 
     def move_deadline(self, deadline: float) -> None:
         """The drain's deadline now (monotonic); the drain takes it only if earlier (`DrainCore`)."""
-        self._tell_drain(DeadlineMoved(deadline))
+        self._deadline_now = deadline
 
     def cancel_drain(self) -> None:
         """The event went away: the drain stops, and nothing is SIGKILLed from now on."""
         self.cancel.set()
-        self.wakeup.ring()
-
-    def _tell_drain(self, change: DeadlineMoved | Admission) -> None:
-        self._to_drain.append(change)
-        self.wakeup.ring()
 
     def order(
         self, cause: str, active: ActiveDrain | None, deadline: float, *, resume: bool, ladder: Ladder,
@@ -235,65 +224,172 @@ class DrainRunner(DrainListener):
             exits_on_file=tuple(e for e in self.store.state.exits if e.identity in signalled),
         )  # fmt: skip
 
-    def start(self, order: DrainOrder) -> None:
-        """Run `order` in a new thread; it reports `ThreadReturned` at its end (None: the attempt failed)."""
+    def start(self, order: DrainOrder) -> list[DrainReport]:
+        """Start `order`: its first wave at once (its intents ride in the loop's save, queued before this),
+        else a full scan first. It reports `AttemptEnded` at its end (None: the attempt failed)."""
         self.cancel = threading.Event()
         self._exits_kept = {e.identity for e in order.exits_on_file}
-        self._to_drain.clear()  # the order has the deadline and admission as they are now
-        self._order, self._deadline_now, self._admits_now = order, order.plan.deadline, self._admit
-        # The loop has queued the write of the drain's own state (`StateWriter.save`) before this: the
-        # drain's first write-ahead comes after it in the writer's queue, so a crash in between can never
-        # leave a signal recorded for a drain the state file does not know.
-        self.thread = self.clock.spawn(functools.partial(self._run, order), "drain")
-
-    def finished(self) -> None:
-        """The loop has taken the drain's result."""
-        self.thread = None
-
-    def join(self, timeout: float) -> None:
-        if self.thread is not None:
-            self.thread.join(timeout=timeout)
-
-    def _run(self, order: DrainOrder) -> None:
-        record: DrainRecord | None = None
-        try:
-            scan_first = bool(order.first_wave)  # else the holders come from a full scan
-            holders = order.first_wave if scan_first else self._first_scan()
-            self._said_started(order, holders)
-            started, previous = order.plan.started, order.previous
-            if previous is not None:  # reopened in this run: its start and processes as it ended
-                started = previous.started
-                earlier = tuple(copy.deepcopy(list(previous.processes.values())))
+        self._order, self._deadline_now = order, order.plan.deadline
+        self._first_tries, self._first_retry, self._rescan, self._held = 0, None, None, None
+        with self._attempt():
+            if order.first_wave:
+                self._begin(order, order.first_wave, scan_first=True)
             else:
-                ends = {e.identity: e for e in order.exits_on_file}
-                earlier = earlier_processes(order.on_file, ends, holders, scan_first, self._to_mono)
-            plan = replace(order.plan, scan_first=scan_first, started=started, earlier=earlier)
-            signaller, exits = self.processes() if self.processes else (None, None)
-            wake = self.wakeup if exits is None else None  # an injected waiter polls its own fds
-            record = run_drain(
-                holders, plan, scanner=self.scanner, listener=self, cancel=self.cancel, stop=self.stop,
-                clock=self.clock, signaller=signaller, exits=exits, wake=wake,
-            )  # fmt: skip
-        except Exception:  # reported to the loop, which starts the drain again
+                self._first_scan = self.ask_scan()
+        return self._take()
+
+    def scanned(self, scan: HoldersScanned) -> list[DrainReport]:
+        """A full scan came in: the drain's first, or the rescan it asked for (an older one is not its)."""
+        order = self._order
+        if order is None:
+            return []
+        with self._attempt():
+            if self._first_scan is not None and scan.ticket >= self._first_scan:
+                self._first_scan = None
+                self._first_scanned(order, scan)
+            elif self.draining is not None and self._rescan is not None and scan.ticket >= self._rescan:
+                self._rescan = None
+                holders = None if scan.error else scan.holders
+                self.draining.scanned(holders, scan.error)
+        return self._take()
+
+    def _first_scanned(self, order: DrainOrder, scan: HoldersScanned) -> None:
+        """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""
+        if not scan.error:
+            self._reports.append(HoldersNow(scan.holders))
+            self._begin(order, scan.holders, scan_first=False)
+            return
+        self._first_tries += 1
+        with self.outputs.guarded(Output.LOG):
+            tries = self._first_tries
+            log.error("scan %d of %d for the drain failed: %s", tries, FIRST_SCAN_TRIES, scan.error)
+        if self._first_tries >= FIRST_SCAN_TRIES:
+            raise RuntimeError(f"the drain's first scan failed {FIRST_SCAN_TRIES} times")
+        self._first_retry = self.clock.monotonic() + FIRST_SCAN_RETRY
+
+    def exited(self, exited: Sequence[tuple[ProcessIdentity, ExitStatus]]) -> list[DrainReport]:
+        """Exits the loop's poll saw."""
+        if self.draining is not None and exited:
+            with self._attempt():
+                self.draining.exited(exited)
+        return self._take()
+
+    def written(self) -> list[DrainReport]:
+        """The state writer wrote: a wave held for its write-ahead goes if that write is done."""
+        if self.draining is not None and self.draining.held and self.writer.written(self._held):
+            with self._attempt():
+                self._held = None
+                self.draining.release()
+        return self._take()
+
+    def step(self) -> list[DrainReport]:
+        """The drain's turn, once per turn of the loop: what changed (deadline, cancel, stop), what is due
+        (a held wave's time, a rescan, the deadline), its record published; its end, once it is done."""
+        now = self.clock.monotonic()
+        with self._attempt():
+            if self._first_retry is not None and now >= self._first_retry:
+                self._first_retry, self._first_scan = None, self.ask_scan()
+            elif self._order is not None and self.draining is None and self.stop.is_set():
+                self._end(None)  # stopped before it had its holders: the next start resumes it
+            draining = self.draining
+            if draining is not None:
+                draining.turn()
+                if draining.wants_scan():
+                    self._rescan = self.ask_scan()
+                draining.publish(final=draining.done)
+                if draining.done:
+                    self._end(draining.record)
+        return self._take()
+
+    def stopping(self) -> list[DrainReport]:
+        """The daemon is stopping: a held wave goes once its write is done (at most WRITE_AHEAD_WAIT; its
+        SIGTERMs, never a SIGKILL), the drain ends as interrupted, its last record published."""
+        if self.draining is not None and self.draining.held:
+            self.writer.flush(WRITE_AHEAD_WAIT)
+            self.draining.release()
+        return self.step()
+
+    def next_due(self, now: float) -> float | None:
+        """When the drain next wants a turn (monotonic), or None: it waits for a message only."""
+        if self._first_retry is not None:
+            return self._first_retry
+        if self.draining is None:
+            return None
+        timeout = self.draining.timeout()
+        return None if timeout == float("inf") else now + timeout  # inf: a scan's answer is what it waits for
+
+    def wait(self, seconds: float, inbox: Inbox[Any]) -> list[tuple[ProcessIdentity, ExitStatus]]:
+        """The loop's wait: up to `seconds` for a message in `inbox` or, while a drain runs, the exit of
+        one of its processes (one poll(2), the inbox's eventfd with the pidfds); the exits seen."""
+        draining = self.draining
+        if draining is None:
+            inbox.wait(seconds)
+            return []
+        if self._handles is None:  # a test's exit waiter polls its own fds: the inbox is looked at after
+            return draining.exits.wait(min(seconds, POLL_CAP))
+        return draining.exits.wait(seconds)
+
+    def _begin(self, order: DrainOrder, holders: Sequence[Holder], scan_first: bool) -> None:
+        self._said_started(order, holders)
+        started, previous = order.plan.started, order.previous
+        if previous is not None:  # reopened in this run: its start and processes as it ended
+            started = previous.started
+            earlier = tuple(copy.deepcopy(list(previous.processes.values())))
+        else:
+            ends = {e.identity: e for e in order.exits_on_file}
+            earlier = earlier_processes(order.on_file, ends, holders, scan_first, self._to_mono)
+        plan = replace(order.plan, scan_first=scan_first, started=started, earlier=earlier)
+        if self.processes is not None:
+            signaller, exits = self.processes()
+        else:
+            self._handles = ProcessHandles()
+            signaller = DryRunSignaller(self._handles) if plan.dry_run else PidfdSignaller(self._handles)
+            exits = PidfdExitWaiter(self._handles, wake=self.wakeup)
+        if signaller.dry_run and not plan.dry_run:
+            plan = replace(plan, dry_run=True)  # a signaller that sends nothing: the record says so
+        if plan.dry_run and not signaller.dry_run:
+            raise ValueError("dry_run=True needs a dry-run signaller: refusing to send real signals")
+        core = DrainCore(holders, plan, now=self.clock.monotonic(), now_wall=self.clock.wall())
+        self.draining = Draining(core, signaller, exits, self.clock, self, self.cancel, self.stop)
+        self.draining.start()
+
+    def _end(self, record: DrainRecord | None) -> None:
+        """The attempt is over: its pidfds closed, and the loop told (`AttemptEnded`)."""
+        draining, handles = self.draining, self._handles
+        self.draining, self._handles, self._order = None, None, None
+        self._first_scan = self._first_retry = self._rescan = self._held = None
+        try:
+            if draining is not None:
+                draining.close()
+        finally:
+            if handles is not None:
+                handles.close()
+        self._reports.append(AttemptEnded(record))
+
+    @contextlib.contextmanager
+    def _attempt(self) -> Iterator[None]:
+        """A bug in a drain's step ends the attempt, and the loop starts it again with the same deadline
+        (`AttemptEnded(None)`): it never takes the loop down with it."""
+        try:
+            yield
+        except Exception:
             with self.outputs.guarded(Output.LOG):
                 log.exception("the drain failed; starting it again with the same deadline")
-        finally:
-            self._flush()  # the loop's next write comes after the drain's
-            self._report(ThreadReturned(record))
+            if self._order is not None:
+                self._end(None)
+
+    def _take(self) -> list[DrainReport]:
+        reports, self._reports = self._reports, []
+        return reports
 
     def _to_mono(self, wall: float) -> float:
         return self.clock.monotonic() - (self.clock.wall() - wall)
-
-    def _flush(self) -> None:
-        if not self.writer.flush(FLUSH_WAIT):
-            with self.outputs.guarded(Output.LOG):
-                log.error("the drain's state-file writes are not done after %.0f s", FLUSH_WAIT)
 
     def _said_started(self, order: DrainOrder, holders: Sequence[Holder]) -> None:
         plan = order.plan
         ask = plan.ladder.ask.signum
         fresh = sum(ask not in plan.already_signalled.get(h.identity, ()) for h in holders)
-        self._report(HoldersFound(
+        self._reports.append(HoldersFound(
             order.cause, plan.drain_id, plan.late, len(holders), fresh, plan.ladder, plan.dry_run,
             order.started_wall, order.wall_deadline, self.clock.wall(),
         ))  # fmt: skip
@@ -328,28 +424,20 @@ class DrainRunner(DrainListener):
                     log.exception("scanning the processes the index has not seen failed; scanning them all")
         return tuple(wave)
 
-    def _first_scan(self) -> tuple[Holder, ...]:
-        """The drain's first scan, tried a few times: a passing /proc error must not skip a drain."""
-        for attempt in range(FIRST_SCAN_TRIES):
-            try:
-                holders = tuple(self.scanner.scan().holders)
-            except Exception:  # logged; tried again, then the drain attempt fails
-                with self.outputs.guarded(Output.LOG):
-                    log.exception("scan %d of %d for the drain failed", attempt + 1, FIRST_SCAN_TRIES)
-                if attempt + 1 == FIRST_SCAN_TRIES or self.clock.wait(0.2, self.stop.wait):
-                    raise
-                continue
-            self._report(HoldersNow(holders))
-            return holders
-        raise AssertionError("unreachable")  # pragma: no cover
+    # -- the drain's listener (called by `Draining`, in the loop) ------------------------------------------
 
-    # -- the drain's listener (called in the drain thread) ------------------------------------------------
+    def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> bool:
+        """Write-ahead for a wave of signals: one write, after the drain's own state (the writer's queue).
+        True when they are on file; else the wave is held until that write is done (`written`)."""
+        ticket = self.writer.intents([_intent(record, i, signum) for i, signum in intents])
+        if self.writer.written(ticket):
+            return True
+        self._held = ticket
+        return False
 
-    def before_signals(self, intents: Sequence[tuple[ProcessIdentity, int]], record: DrainRecord) -> None:
-        """Write-ahead for a wave of signals: one write, after the drain's own state (the writer's queue)."""
-        if not self.writer.intents([_intent(record, i, signum) for i, signum in intents]):
-            with self.outputs.guarded(Output.LOG):
-                log.error("the state file was not written within %.1f s; signalling anyway", WRITE_AHEAD_WAIT)
+    def held_too_long(self) -> None:
+        with self.outputs.guarded(Output.LOG):
+            log.error("the state file was not written within %.1f s; signalling anyway", WRITE_AHEAD_WAIT)
 
     def after_signals(
         self, sent: Sequence[tuple[ProcessIdentity, int, SignalResult]], record: DrainRecord
@@ -361,11 +449,11 @@ class DrainRunner(DrainListener):
     def _said_sent(
         self, identity: ProcessIdentity, signum: int, result: SignalResult, record: DrainRecord
     ) -> None:
-        """One signal sent: reported to the loop, which tells the subscribers (its counter, its log line)."""
+        """One signal sent: for the loop to tell (its counter, its log line)."""
         order = self._order
         drain_id, event_ids = (order.plan.drain_id, order.event_ids) if order else ("", ())
         proc = record.processes.get(identity)
-        self._report(ProcessSignalled(
+        self._reports.append(ProcessSignalled(
             identity, _name(record, identity), signum, result, drain_id, event_ids,
             late=bool(proc and proc.late_arrival), workload=proc.workload if proc else None,
             dry_run=self.config.dry_run,
@@ -373,9 +461,7 @@ class DrainRunner(DrainListener):
 
     def updated(self, record: DrainRecord) -> None:
         self._keep_exits(record)
-        if record.outcome is not None:
-            self._flush()  # the drain's end is shown, and taken by the loop, once its writes are done
-        self._report(RecordChanged(record))
+        self._reports.append(RecordChanged(record))
 
     def _keep_exits(self, record: DrainRecord) -> None:
         """How each signalled process ended (exited, with its status, or released the device), written
@@ -394,25 +480,14 @@ class DrainRunner(DrainListener):
             self._exits_kept.update(e.identity for e in ends)
             self.writer.exits(ends)
 
-    def scanned(self, holders: Sequence[Holder]) -> None:
-        self._report(HoldersNow(tuple(holders)))
+    def holders_seen(self, holders: Sequence[Holder]) -> None:
+        self._reports.append(HoldersNow(tuple(holders)))
 
     def deadline(self) -> float | None:
-        self._take_changes()
         return self._deadline_now
 
     def admits_newcomers(self) -> bool:
-        self._take_changes()
-        return self._admits_now
-
-    def _take_changes(self) -> None:
-        """What the loop said since the drain last looked, in order (the drain's thread)."""
-        while self._to_drain:
-            change = self._to_drain.popleft()
-            if isinstance(change, DeadlineMoved):
-                self._deadline_now = change.deadline
-            else:
-                self._admits_now = change.admit
+        return self._admit
 
 
 def earlier_processes(

@@ -7,9 +7,9 @@ write or run on threads of their own).
 The subscribers, in the order they are told: the history and its drain counters (`daemon/recorder.py`),
 the state and deadline gauges and the signal counter (metrics), /status (`daemon/view.py`) and systemd's
 STATUS= line (`daemon/systemd.py`), the log lines (`daemon/announce.py`), the webhook notices
-(`daemon/notices.py`) and the site hooks. Only the loop tells: the drain's thread reports its moments
-(holders found, each signal) to the loop's inbox (`daemon/runner.py`), so every subscriber is called from
-one thread, in one order.
+(`daemon/notices.py`) and the site hooks. Only the loop tells, and it runs the drain too: the drain's moments
+(holders found, each signal) are what the runner's calls answer (`daemon/runner.py`), so every subscriber
+is called from one thread, in one order.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Telling:
 class LifecycleGauges:
     """`tpu_watchdog_state{state}` and `tpu_watchdog_drain_deadline_timestamp_seconds` (NaN: no drain): the
     lifecycle as it is after each moment the loop tells. Told after the history, so a scrape that sees a
-    drain's end in the state sees it counted too. The drain thread's moments change neither: the lifecycle
+    drain's end in the state sees it counted too. The drain's own moments change neither: the lifecycle
     is the loop's."""
 
     output = Output.METRICS

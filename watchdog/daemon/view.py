@@ -103,7 +103,7 @@ class StatusView:
         self.record = record
 
     def told(self, moment: Moment, lifecycle: Lifecycle) -> None:
-        """The lifecycle as the loop left it; the drain thread's moments change none of it."""
+        """The lifecycle as the loop left it; the drain's own moments change none of it."""
         if not isinstance(moment, (HoldersFound, ProcessSignalled)):
             self.lifecycle = copy.deepcopy(lifecycle)
 

@@ -5,13 +5,13 @@ The loop's writes of its lifecycle (`save`) and a drain's waves go through one q
 were asked for: a drain is started after the write of its own state is queued, so the file knows the drain
 before any of its signals, with no handshake between the two threads.
 
-A wave's intents (`intents`) are written ahead: the wave waits until the new file is in place (renamed into
-the state directory, in the page cache), at most `WRITE_AHEAD_WAIT`. A first wave's intents ride in the loop's
-save of its drain (`save(change, intents)`): the wave waits for that write, never a second one. What became of
-the signals (`sents`) is queued and never waited for. One thread and one queue: the writes keep their order.
-The fsyncs run in a second thread (`StateStore.sync`, after the writes, coalesced), so that the next wave's
-write never waits for the last one's fsync. Each thread runs while it has something to do: an idle daemon has
-neither.
+A wave's intents (`intents`) are written ahead: the drain holds the wave until the writer says the write
+carrying them is done (`written(ticket)`, heard by the loop as `changed()`), at most WRITE_AHEAD_WAIT. A
+first wave's intents ride in the loop's save of its drain (`save(change, intents)`): the wave waits for that
+write, never a second one. What became of the signals (`sents`) is queued and never waited for. One thread
+and one queue: the writes keep their order. The fsyncs run in a second thread (`StateStore.sync`, after the
+writes, coalesced), so that the next wave's write never waits for the last one's fsync. Each thread runs
+while it has something to do: an idle daemon has neither.
 
 What a stuck disk costs: a file in the page cache only is lost with the host if the host dies, and so are
 the processes it names (a state file of another boot is set aside). Past the bound the wave goes out with
@@ -25,7 +25,6 @@ import collections
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from watchdog.core.process import ProcessIdentity
@@ -35,53 +34,55 @@ from watchdog.store.statefile import StateStore
 
 log = logging.getLogger("tpu-watchdog")
 
-WRITE_AHEAD_WAIT = 0.5  # s a wave waits for its intents to be in place before it goes out anyway
-
 
 class StateWriter:
-    """Writes a drain's intents and results to `store` in order, calling `changed()` after each write."""
+    """Writes the loop's state and a drain's intents and results to `store` in order, calling `changed()`
+    after each write (done or failed). Each write has a ticket, its place in the queue: `written(ticket)`
+    says whether it is done."""
 
-    def __init__(self, store: StateStore, changed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        changed: Callable[[], None],
+        spawn: Callable[[Callable[[], None], str], threading.Thread] | None = None,
+    ) -> None:
+        """`spawn`: starts the writing thread (the daemon's clock's, so a test's clock holds its time
+        still while the disk writes); None: a plain thread."""
         self._store, self._changed = store, changed
-        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self._spawn = spawn or _thread
+        self._jobs: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
         self._lock = threading.Lock()
         self._running = False
-        self._queued: dict[tuple[ProcessIdentity, str], threading.Event] = {}  # intents in a queued save
+        self._tickets = 0  # the last ticket handed out
+        self._done = 0  # the last ticket written (or failed): tickets are written in order
+        self._queued: dict[tuple[ProcessIdentity, str], int] = {}  # intents in a queued save: its ticket
         self._ends: list[ExitRecord] | None = None  # processes' ends queued, their write not yet begun
         self._syncer = Coalesced(store.sync, "state-syncer", "making the state file durable")
 
-    def intents(self, intents: Sequence[Intent], wait: float = WRITE_AHEAD_WAIT) -> bool:
-        """Write `intents` ahead; True once the file is in place, False when
-        `wait` s passed first (the write goes on in the thread). Intents all on file already (a first wave,
-        written with its drain's own state) cost nothing: no write, no thread, no wait."""
+    def intents(self, intents: Sequence[Intent]) -> int | None:
+        """Queue the write-ahead of `intents`; the ticket of the write that carries them, or None when they
+        are all on file already (a first wave, written with its drain's own state): nothing to wait for. A
+        save still queued that carries them all is their write: no second one."""
         state = self._store.state
         missing = [i for i in intents if state.find(i.identity, i.signal) is None]
         if not missing:
-            return True
+            return None
         with self._lock:
             queued = [self._queued.get(_key(i)) for i in missing]
-        if all(queued):  # each in a save still queued: wait for those writes, not one more
-            until = time.monotonic() + wait
-            saves = {id(e): e for e in queued if e is not None}.values()
-            return all(done.wait(max(0.0, until - time.monotonic())) for done in saves)
-        written = threading.Event()
+            if all(ticket is not None for ticket in queued):
+                return max(t for t in queued if t is not None)
+        return self._submit(lambda: self._store.record_intents(intents, durable=False))
 
-        def job() -> None:
-            try:
-                self._store.record_intents(intents, written=written.set, durable=False)
-            finally:
-                written.set()
+    def written(self, ticket: int | None) -> bool:
+        """Whether the write of `ticket` is done (or failed: a wave is not held back by a broken disk)."""
+        with self._lock:
+            return ticket is None or ticket <= self._done
 
-        self._submit(job)
-        return written.wait(wait)
-
-    def save(self, change: Callable[[SavedState], SavedState], intents: Sequence[Intent] = ()) -> None:
+    def save(self, change: Callable[[SavedState], SavedState], intents: Sequence[Intent] = ()) -> int:
         """Queue the loop's write of its lifecycle (`StateStore.lifecycle_change`), never waited for by the
-        loop. `intents`: the ones `change` writes (a new drain's first wave), which that wave waits for."""
-        if not intents:
-            self._submit(lambda: self._store.apply(change, durable=False))
-            return
-        written, keys = threading.Event(), [_key(i) for i in intents]
+        loop; its ticket. `intents`: the ones `change` writes (a new drain's first wave): `intents()` of
+        those answers this write's ticket until it is done."""
+        keys = [_key(i) for i in intents]
 
         def job() -> None:
             try:
@@ -89,13 +90,13 @@ class StateWriter:
             finally:
                 with self._lock:
                     for key in keys:
-                        if self._queued.get(key) is written:
+                        if self._queued.get(key) == ticket:
                             del self._queued[key]
-                written.set()
 
         with self._lock:
-            self._queued.update(dict.fromkeys(keys, written))
-        self._submit(job)
+            ticket = self._submit_locked(job)
+            self._queued.update(dict.fromkeys(keys, ticket))
+        return ticket
 
     def sents(self, sent: Sequence[tuple[ProcessIdentity, int, str]]) -> None:
         """Queue what became of a wave's signals (identity, signal, SignalResult value)."""
@@ -119,17 +120,23 @@ class StateWriter:
         self._submit(job)
 
     def flush(self, wait: float) -> bool:
-        """Wait until everything queued so far is written (at most `wait` s); True if it was."""
+        """Wait until everything queued so far is written (at most `wait` s); True if it was. Only where
+        nothing else is to be done meanwhile: a stopping daemon, a test."""
         done = threading.Event()
         self._submit(done.set)
         return done.wait(wait)
 
-    def _submit(self, job: Callable[[], None]) -> None:
+    def _submit(self, job: Callable[[], None]) -> int:
         with self._lock:
-            self._jobs.append(job)
-            if not self._running:
-                self._running = True
-                threading.Thread(target=self._run, name="state-writer", daemon=True).start()
+            return self._submit_locked(job)
+
+    def _submit_locked(self, job: Callable[[], None]) -> int:
+        self._tickets += 1
+        self._jobs.append((self._tickets, job))
+        if not self._running:
+            self._running = True
+            self._spawn(self._run, "state-writer")
+        return self._tickets
 
     def sync_soon(self) -> None:
         """Make the state file durable in the syncing thread (after a write that skipped its fsyncs); a
@@ -137,22 +144,32 @@ class StateWriter:
         self._syncer.soon()
 
     def _run(self) -> None:
-        while (job := self._next()) is not None:
+        while (next_job := self._next()) is not None:
+            ticket, job = next_job
             try:
                 job()
                 self.sync_soon()
-                self._changed()
             except Exception:  # a failed write must not stop the ones after it
                 with contextlib.suppress(Exception):  # nor a failing log line
                     log.exception("writing the state file failed")
+            with self._lock:
+                self._done = ticket
+            with contextlib.suppress(Exception):  # the loop's inbox: it cannot fail, and must not stop us
+                self._changed()
 
-    def _next(self) -> Callable[[], None] | None:
+    def _next(self) -> tuple[int, Callable[[], None]] | None:
         """The next job, or None when there is none left (the thread then ends)."""
         with self._lock:
             if self._jobs:
                 return self._jobs.popleft()
             self._running = False
             return None
+
+
+def _thread(target: Callable[[], None], name: str) -> threading.Thread:
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def _key(intent: Intent) -> tuple[ProcessIdentity, str]:

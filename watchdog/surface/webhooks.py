@@ -1,6 +1,6 @@
 """Webhooks: each notice is a JSON POST to every configured URL, from a thread of its own per URL.
 
-Never in a signal's way: the loop and the drain thread only `submit` (an append to a bounded queue under a
+Never in a signal's way: the loop only calls `submit` (an append to a bounded queue under a
 lock held for nothing else); connecting, sending, retrying and backing off happen on the webhook's thread.
 When a queue is full (its receiver has been failing through many events), the OLDEST notice is dropped and
 counted as a failure (`queue_full`): the newest says what is true now (a drain finished, an event cleared),
