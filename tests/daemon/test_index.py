@@ -137,3 +137,26 @@ def test_the_refreshes_fall_between_the_watches_answers(
     index.start()
     wait_for(lambda: len(at) >= 4, what="four refreshes")
     assert at[:4] == [0.0, 30.0, 90.0, 150.0]
+
+
+def test_a_scan_asked_for_is_made_and_published_while_paused_failed_or_not(
+    workloads: Workloads, stop: threading.Event, outputs: Outputs
+) -> None:
+    """The scanning thread makes a drain's scans while the idle refresh is paused (an event is on): each
+    answer carries the ticket it answers, and a failed scan is answered too (the drain waits for it)."""
+    holder = workloads.start("report")
+    scanner = CountingScanner(workloads)
+    published: queue.Queue[HoldersScanned] = queue.Queue()
+    index = HolderIndex(scanner, published.put, lambda: True, stop, interval=3600, outputs=outputs)
+    index.start()
+    first = index.scan_now()
+    scan = published.get(timeout=10)
+    assert (scan.ticket, scan.error) == (first, "")
+    assert [h.identity for h in scan.holders] == [holder.identity]
+    scanner.fail = True
+    second = index.scan_now()
+    failed = published.get(timeout=10)
+    assert failed.ticket == second > first
+    assert "a passing /proc error" in failed.error
+    assert failed.holders == ()
+    assert published.empty()  # paused: no refresh of its own was published

@@ -45,11 +45,6 @@ class Inbox(Generic[T]):
     def empty(self) -> bool:
         return not self._messages
 
-    def get(self, timeout: float) -> T:
-        """The oldest message, waited for up to `timeout` s (queue.Empty after): a test's reading."""
-        self.wait(timeout)
-        return self.get_nowait()
-
     def wait(self, timeout: float) -> None:
         """Block until something is put or rung, or `timeout` s pass (the loop with no drain running)."""
         if self._messages:

@@ -45,8 +45,9 @@ class HoldersScanned:
 
 class HolderIndex:
     """Scans at start, then every `interval` s out of step with the watches (and soon after `refresh_soon`)
-    unless `paused()`; `publish(scan)` after each scan that finished while still not paused (the loop's
-    inbox: the loop alone keeps the index)."""
+    unless `paused()`, and at once when asked (`scan_now`: a drain's scans, the late-arrival watch's);
+    `publish(scan)` after each scan asked for, and each refresh that finished while still not paused (the
+    loop's inbox: the loop alone keeps the index)."""
 
     def __init__(
         self,

@@ -361,9 +361,11 @@ class DrainRunner(DrainListener):
         try:
             if draining is not None:
                 draining.close()
-        finally:
             if handles is not None:
                 handles.close()
+        except Exception:  # a pidfd that will not close must not keep the loop from hearing the end
+            with self.outputs.guarded(Output.LOG):
+                log.exception("closing the drain's pidfds failed")
         self._reports.append(AttemptEnded(record))
 
     @contextlib.contextmanager
