@@ -5,6 +5,7 @@ Real fake metadata server, real watches, real children holding a real device nod
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -58,6 +59,34 @@ def test_a_drain_runs_on_the_loop_with_no_thread_of_its_own(
         assert "drain" not in started, started
         assert stubborn.popen.wait(timeout=10) == -signal.SIGKILL
         harness.wait_metric(DRAINS, 1, outcome="timed_out")
+
+
+def test_the_first_sigterm_goes_before_the_first_line_of_its_event(
+    fake: FakeMetadataServer, workloads: Workloads, state_dir: Path
+) -> None:
+    """Signal first, then tell: what a step has to say (its event started, its drain started) waits while
+    the wave it led to is held for its write-ahead. Ground truth from the kernel: the holder blocks
+    SIGTERM, so once sent it stays pending, and the first line of the event looks whether it is."""
+    holder = workloads.start("block")
+    pending_at_first_line: list[bool] = []
+
+    class FirstLine(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("event started") and not pending_at_first_line:
+                pending_at_first_line.append(holder.sigterm_pending())
+
+    probe = FirstLine()
+    logging.getLogger("tpu-watchdog").addHandler(probe)
+    try:
+        with DaemonHarness(state_dir, fake, workloads, maintenance_grace=1.0) as harness:
+            wait_for(lambda: harness.daemon.indexed.holders, what="the index: the first wave starts there")
+            fake.set(MAINTENANCE, TERMINATE)
+            wait_for(lambda: pending_at_first_line, what="the event's first line")
+            assert holder.popen.wait(timeout=10) == -signal.SIGKILL  # blocked SIGTERM: killed at the deadline
+            harness.wait_metric(DRAINS, 1, outcome="timed_out")
+    finally:
+        logging.getLogger("tpu-watchdog").removeHandler(probe)
+    assert pending_at_first_line == [True], "the event was told before its SIGTERM went"
 
 
 def test_terminate_drains_the_holders_then_clearing_returns_to_idle(

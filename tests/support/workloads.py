@@ -29,7 +29,8 @@ from watchdog.host.procfs import Procfs, start_time
 # ignore (SIG_IGN: needs SIGKILL), release (closes the device on SIGTERM, keeps running; opens it again on
 # SIGUSR2: `reopen`), gate (on SIGTERM
 # says "term", exits 0 when its stdin closes), fork (handled, plus a child of its own holding the device
-# with the default action), report (says "term"/"usr1" for each signal, never exits).
+# with the default action), report (says "term"/"usr1" for each signal, never exits), block (SIGTERM blocked:
+# once sent it stays pending, which /proc/PID/status shows: `sigterm_pending`).
 CHILD = r"""
 import os, signal, sys, time
 mode, device, out = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -61,6 +62,8 @@ elif mode == "gate":
 elif mode == "report":
     signal.signal(signal.SIGTERM, lambda *_: say("term"))
     signal.signal(signal.SIGUSR1, lambda *_: say("usr1"))
+elif mode == "block":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 elif mode == "fork":
     if os.fork() == 0:
         say(f"grandchild {os.getpid()}")
@@ -212,6 +215,15 @@ class Child:
 
     def alive(self) -> bool:
         return self.popen.poll() is None
+
+    def sigterm_pending(self) -> bool:
+        """Whether a SIGTERM was sent to it and not yet taken: the kernel's word (/proc/PID/status, the
+        process's and its thread's pending sets), which a `block` child keeps until it dies."""
+        bit = 1 << (signal.SIGTERM - 1)
+        fields = dict(
+            line.split(":", 1) for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines()
+        )
+        return any(int(fields[name].strip(), 16) & bit for name in ("SigPnd", "ShdPnd"))
 
     def reopen(self) -> None:
         """A release-mode child opens the device again (after it closed it on SIGTERM)."""

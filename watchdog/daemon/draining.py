@@ -42,7 +42,7 @@ __all__ = [
 
 POLL_CAP = 0.1  # without a `wake`: the longest wait between looks at cancel/stop (module docstring)
 PUBLISH_INTERVAL = 0.1  # on_update at most this often while the drain runs (and once at the end)
-LONGEST_WAIT = 60.0  # s: a drain alone looks again at least this often (nothing is due sooner only idle)
+LONGEST_WAIT = 60.0  # s: the longest sleep of a drain run alone (a bound; something is always due sooner)
 WRITE_AHEAD_WAIT = 0.5  # s a wave is held for its write-ahead before it goes out anyway (a stuck disk)
 
 

@@ -139,6 +139,7 @@ class Daemon:
     last_record: DrainRecord | None = field(init=False, default=None)  # a reopened drain goes on from it
     _next_scan: float = field(init=False, default=0.0)  # the late-arrival watch's next scan
     _late_scan: int | None = field(init=False, default=None)  # the ticket of its scan under way
+    _untold: list[Moment | RecordChanged | HoldersNow] = field(init=False, default_factory=list)  # `_tell`
     _next_progress: float = field(init=False, default=0.0)  # a running drain's next progress line
 
     def __post_init__(self) -> None:
@@ -158,7 +159,7 @@ class Daemon:
                 target=learn_identity, args=(self.identity, self.reporter.identity_learned, self.stop),
                 kwargs={"outputs": self.outputs}, name="host-identity", daemon=True,
             ).start()  # fmt: skip
-        self.telling.tell(DaemonStarted(self.lifecycle.state.value, tuple(self.devices.patterns)))
+        self._tell(DaemonStarted(self.lifecycle.state.value, tuple(self.devices.patterns)))
         self._guarded(self.devices.check, self.clock.monotonic())  # at start: what is watched, or nothing
         while not self.stop.is_set():
             self.view.loop_ticked()
@@ -311,9 +312,7 @@ class Daemon:
         drain = self.lifecycle.drain
         if self.runner.running and drain is not None and now >= self._next_progress:
             self._next_progress = now + self.progress_interval
-            self.telling.tell(
-                DrainProgress(self.view.record, drain.deadline, drain.drain_id, self.clock.wall())
-            )
+            self._tell(DrainProgress(self.view.record, drain.deadline, drain.drain_id, self.clock.wall()))
 
     def _departures(self, now: float) -> None:
         self.departures.tick(self.runner.running or bool(self.lifecycle.events), self.view.holders)
@@ -361,7 +360,7 @@ class Daemon:
         said = [report for order in orders for report in self.runner.start(order)]
         now = self.clock.wall()
         for moment in (*told_first, *(moment_of(action, now) for action in actions)):
-            self.telling.tell(moment)
+            self._tell(moment)
         self._drain_said(said)
 
     def _changed(self, orders: Sequence[DrainOrder] = ()) -> None:
@@ -389,7 +388,7 @@ class Daemon:
         self._changed(() if order is None else (order,))
         if active is not None and order is not None:
             said = self.runner.start(order)
-            self.telling.tell(DrainStarted(RESUMED, active.deadline, self.clock.wall()))
+            self._tell(DrainStarted(RESUMED, active.deadline, self.clock.wall()))
             self._drain_said(said)
 
     def _drain_order(self, cause: str, deadline: float, resume: bool) -> DrainOrder:
@@ -404,21 +403,35 @@ class Daemon:
         )  # fmt: skip
 
     def _drain_said(self, reports: Sequence[DrainReport]) -> None:
-        """What the drain had to say, in the order it happened: shown and told here, each on its own (one
-        that fails skips no other), so every subscriber hears the loop's moments and the drain's in one
-        order."""
+        """What the drain had to say, in the order it happened, shown and told (`_tell`) with the loop's
+        own moments in one order; the end of an attempt is taken once everything before it is told."""
         for report in reports:
-            self._guarded(self._drain_reported, report)
+            if isinstance(report, AttemptEnded):
+                self._tell_untold(force=True)
+                self._guarded(self._drain_done, report.record)
+            else:
+                self._tell(report)
 
-    def _drain_reported(self, report: DrainReport) -> None:
-        if isinstance(report, AttemptEnded):
-            self._drain_done(report.record)
-        elif isinstance(report, RecordChanged):
-            self.view.drain_update(report.record)
-        elif isinstance(report, HoldersNow):
-            self.reporter.holders_now(report.holders)
+    def _tell(self, told: Moment | RecordChanged | HoldersNow) -> None:
+        """Signal first, then tell: what the loop and the drain have to say waits while a wave of signals
+        is held for its write-ahead (at most WRITE_AHEAD_WAIT), so the wave goes before the lines, notices
+        and hooks of the step that led to it; then it is told in the order it happened."""
+        self._untold.append(told)
+        self._tell_untold()
+
+    def _tell_untold(self, force: bool = False) -> None:
+        if self.runner.holding and not force:
+            return
+        while self._untold:
+            self._guarded(self._show_or_tell, self._untold.pop(0))
+
+    def _show_or_tell(self, told: Moment | RecordChanged | HoldersNow) -> None:
+        if isinstance(told, RecordChanged):
+            self.view.drain_update(told.record)
+        elif isinstance(told, HoldersNow):
+            self.reporter.holders_now(told.holders)
         else:
-            self.telling.tell(report)
+            self.telling.tell(told)
 
     def _drain_done(self, record: DrainRecord | None) -> None:
         self.newcomers.taken_on(record.processes if record is not None else ())
@@ -470,6 +483,7 @@ class Daemon:
     def _shutdown(self) -> None:
         self.systemd.stopping(drain_resumes=self.lifecycle.drain is not None)
         self._drain_said(self.runner.stopping())  # its last signals and its interrupted record, told
+        self._tell_untold(force=True)
         # The last state and the drain's last history entry, on disk before the process ends: one second
         # for both, so a stuck disk holds the stop back once, not once per file.
         disk_deadline = self.clock.monotonic() + STOP_DISK_WAIT

@@ -176,6 +176,11 @@ class DrainRunner(DrainListener):
         return self._order is not None
 
     @property
+    def holding(self) -> bool:
+        """A wave of signals is held for its write-ahead (the loop tells nothing until it is out)."""
+        return self.draining is not None and bool(self.draining.held)
+
+    @property
     def admit(self) -> bool:
         return self._admit
 
