@@ -1,10 +1,11 @@
-"""The daemon: the metadata watches feed one event loop; the loop owns the lifecycle and starts drains.
+"""The daemon: the metadata watches feed one event loop; the loop owns the lifecycle and runs its drains.
 
 Signal first, then tell: each step queues the state file's write (`daemon/writeahead.py`: a drain's first
-signal follows it in that one queue, and the loop never waits for the disk), acts (hands a drain to its
-thread, moves a deadline, cancels), and only then tells: it emits the moment (`core/moments.py`) to the
-outputs that subscribe (`daemon/telling.py`: log lines, webhooks, hooks, the deadline gauge), and updates
-the history, metrics and sd_notify, each guarded by `Outputs`, so no output can delay or stop a signal.
+signal follows it in that one queue, and the loop never waits for the disk), acts (starts a drain, moves
+a deadline, cancels), and only then tells (`_tell`: after a wave held for its write-ahead is out): it
+emits the moment (`core/moments.py`) to the outputs that subscribe (`daemon/telling.py`: log lines,
+webhooks, hooks, the history, the gauges, /status, sd_notify), each guarded by `Outputs`, so no output can
+delay or stop a signal.
 
 One loop runs the daemon, a drain included (`daemon/runner.py`): it sleeps in one poll(2) on the inbox's
 eventfd and a running drain's pidfds, until a message (a metadata answer, a scan, the state writer's word,
@@ -149,7 +150,7 @@ class Daemon:
 
     def run(self) -> int:
         # Wake the loop the moment `stop` is set, in the setter's thread: the loop sleeps until its next
-        # due time, and the inbox (answers, a finished drain, SIGHUP) wakes it at once.
+        # due time, and the inbox (answers, scans, the writer's word, SIGHUP) wakes it at once.
         self.stop.on_set(self._wake_on_stop)
         self._resume()
         self.watcher.start()
