@@ -160,7 +160,7 @@ class DrainRunner(DrainListener):
         self.cancel = threading.Event()  # the running drain's: a new one for each drain
         self.draining: Draining | None = None  # the running drain, once it has its holders
         self._order: DrainOrder | None = None  # the running drain's order, from `start` to its end
-        self._admit = True  # what the loop last said
+        self.admit = True  # whether the drain may signal processes nobody signalled before (the loop's)
         self._deadline_now: float | None = None  # the running drain's deadline as the loop last said
         self._reports: list[DrainReport] = []  # what the drain said during the call, for the loop
         self._handles: ProcessHandles | None = None  # the running drain's pidfds, when they are ours
@@ -179,14 +179,6 @@ class DrainRunner(DrainListener):
     def holding(self) -> bool:
         """A wave of signals is held for its write-ahead (the loop tells nothing until it is out)."""
         return self.draining is not None and bool(self.draining.held)
-
-    @property
-    def admit(self) -> bool:
-        return self._admit
-
-    @admit.setter
-    def admit(self, admit: bool) -> None:
-        self._admit = admit
 
     def move_deadline(self, deadline: float) -> None:
         """The drain's deadline now (monotonic); the drain takes it only if earlier (`DrainCore`)."""
@@ -494,7 +486,7 @@ class DrainRunner(DrainListener):
         return self._deadline_now
 
     def admits_newcomers(self) -> bool:
-        return self._admit
+        return self.admit
 
 
 def earlier_processes(
